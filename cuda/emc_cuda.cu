@@ -1,0 +1,75 @@
+/*
+ * emc_cuda.cu: the device side of embcache.
+ *
+ * This release ships the device probe used to pick a backend and the first kernel built on
+ * the shared per-item header (lib/emc_item.h): global keys of a batch, computed by the same
+ * code the host backend runs. tests/test_gpu_keys.c compares it with the host byte for byte.
+ * Everything here is reached through the small C-callable interface in cuda/emc_cuda.h, so
+ * lib/ builds with a plain C compiler.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+extern "C" {
+#include "emc_item.h"
+#include "emc_cuda.h"
+}
+
+/* Clear a failed call's error so it does not leak into the caller's next CUDA call. */
+static int emc__cuda_ok(cudaError_t e, char *err, size_t err_len) {
+  if (e == cudaSuccess) return 1;
+  if (err && err_len) snprintf(err, err_len, "%s (%d): %s", cudaGetErrorName(e), (int)e, cudaGetErrorString(e));
+  (void)cudaGetLastError();
+  return 0;
+}
+
+extern "C" int emc__cuda_device_count(char *err, size_t err_len) {
+  int n = 0;
+  if (!emc__cuda_ok(cudaGetDeviceCount(&n), err, err_len)) return -1;
+  return n;
+}
+
+/* One thread per id, grid-stride; table of each id by binary search over offsets. */
+__global__ void __launch_bounds__(256)
+emc__k_global_keys(const emc__table_code *codes, uint32_t n_tables, uint64_t hash_seed,
+                   const uint64_t *ids, const uint64_t *offsets, uint64_t *keys) {
+  uint64_t total = offsets[n_tables];
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (uint64_t)gridDim.x * blockDim.x) {
+    uint32_t lo = 0, hi = n_tables; /* largest t with offsets[t] <= i */
+    while (hi - lo > 1) {
+      uint32_t mid = (lo + hi) / 2;
+      if (offsets[mid] <= i) lo = mid; else hi = mid;
+    }
+    keys[i] = emc__global_key(&codes[lo], ids[i], hash_seed);
+  }
+}
+
+extern "C" int emc__cuda_global_keys(const emc__table_code *codes_host, uint32_t n_tables,
+                                     uint64_t hash_seed, const uint64_t *ids_host,
+                                     const uint64_t *offsets_host, uint64_t *keys_host, char *err,
+                                     size_t err_len) {
+  uint64_t total = offsets_host[n_tables];
+  emc__table_code *codes = NULL;
+  uint64_t *ids = NULL, *offsets = NULL, *keys = NULL;
+  int ok = 1;
+  if (total == 0) return 1;
+  ok = ok && emc__cuda_ok(cudaMalloc(&codes, n_tables * sizeof *codes), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMalloc(&ids, total * sizeof *ids), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMalloc(&offsets, (n_tables + 1) * sizeof *offsets), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMalloc(&keys, total * sizeof *keys), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMemcpy(codes, codes_host, n_tables * sizeof *codes, cudaMemcpyHostToDevice), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMemcpy(ids, ids_host, total * sizeof *ids, cudaMemcpyHostToDevice), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMemcpy(offsets, offsets_host, (n_tables + 1) * sizeof *offsets, cudaMemcpyHostToDevice), err, err_len);
+  if (ok) {
+    unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
+    emc__k_global_keys<<<blocks, 256>>>(codes, n_tables, hash_seed, ids, offsets, keys);
+    ok = emc__cuda_ok(cudaGetLastError(), err, err_len);
+  }
+  ok = ok && emc__cuda_ok(cudaMemcpy(keys_host, keys, total * sizeof *keys, cudaMemcpyDeviceToHost), err, err_len);
+  cudaFree(codes);
+  cudaFree(ids);
+  cudaFree(offsets);
+  cudaFree(keys);
+  return ok;
+}

@@ -1,0 +1,17 @@
+/* emc_cuda.h: the C-callable interface of cuda/ (plain C; no CUDA headers needed). */
+#ifndef EMC_CUDA_H
+#define EMC_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "emc_item.h"
+
+/* Number of CUDA devices, or -1 when the runtime answers with an error (the text in err). */
+int emc__cuda_device_count(char *err, size_t err_len);
+
+/* Global keys of a batch computed on device 0 by the shared per-item code (host pointers in
+ * and out; copies and synchronizes). Returns 1 on success, 0 with the CUDA error in err. */
+int emc__cuda_global_keys(const emc__table_code *codes, uint32_t n_tables, uint64_t hash_seed,
+                          const uint64_t *ids, const uint64_t *offsets, uint64_t *keys, char *err,
+                          size_t err_len);
+#endif

@@ -1,0 +1,318 @@
+/*
+ * embcache: a GPU-oriented cache of embedding rows for recommendation models.
+ *
+ * The public contract. One header, one prefix (emc_). Every fallible call returns an
+ * emc_status (0 = EMC_OK). A call that fails leaves its outputs and the state of its
+ * objects untouched unless its comment says otherwise, and records a human-readable
+ * detail retrievable with emc_last_error_detail() on the calling thread.
+ *
+ * Objects
+ *   emc_store  all embedding rows of all tables, in host memory (the source of truth).
+ *   emc_cache  a global cache table over one store: one index keyed by Huffman-coded
+ *              global keys, per-table pools of row slots inside one byte budget,
+ *              version-numbered approximate LRU eviction between two thresholds,
+ *              optimistic (version-validated) reads, write-back of inserted rows.
+ *
+ * Batches
+ *   A batch is grouped by table (TorchRec's KeyedJaggedTensor): `offsets` has
+ *   n_tables + 1 entries, offsets[0] == 0, non-decreasing, and ids[offsets[t] ..
+ *   offsets[t+1]) belong to table t. Empty segments and duplicate ids are allowed.
+ *   Row buffers hold the rows in the same order, packed: table t's segment starts at byte
+ *   sum_{u<t} (offsets[u+1]-offsets[u]) * dim(u) * dtype_size(u), and each row occupies
+ *   exactly dim * dtype_size bytes (no padding). emc_batch_bytes() computes the total.
+ *
+ * Threads
+ *   emc_store: emc_store_read may run concurrently with anything. Writers (write,
+ *   fill_uniform) are serialized internally. While a cache is attached to a store, the
+ *   store may only be changed through that cache (write/fill return EMC_EUNSUPPORTED).
+ *   emc_cache: emc_lookup, emc_lookup_ex, emc_insert, emc_flush and emc_get_stats may be
+ *   called concurrently from any number of threads. Lookups never block on a lock: they
+ *   read optimistically and validate versions; admission of their misses is skipped when
+ *   another thread holds the cache's writer lock.
+ */
+#ifndef EMBCACHE_H
+#define EMBCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define EMC_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define EMC_API __attribute__((visibility("default")))
+#else
+#define EMC_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+#define EMC_VERSION_MAJOR 0
+#define EMC_VERSION_MINOR 1
+#define EMC_VERSION_PATCH 0
+#define EMC_VERSION_NUMBER (EMC_VERSION_MAJOR * 10000 + EMC_VERSION_MINOR * 100 + EMC_VERSION_PATCH)
+#define EMC_VERSION_STRING "0.1.0"
+
+/* Runtime version of the linked library, EMC_VERSION_NUMBER's encoding. */
+EMC_API unsigned emc_version(void);
+/* Runtime version string of the linked library ("0.1.0"); static storage. */
+EMC_API const char *emc_version_string(void);
+
+/* ----------------------------------------------------------------- status */
+/* X-macro: name, value, text. The enum, emc_status_name and emc_strerror come from it. */
+#define EMC_STATUS_MAP(X)                                                               \
+  X(EMC_OK, 0, "success")                                                               \
+  X(EMC_EINVAL, 1, "invalid argument")                                                  \
+  X(EMC_ENOMEM, 2, "out of host memory")                                                \
+  X(EMC_EDEVMEM, 3, "out of device memory")                                             \
+  X(EMC_ENODEV, 4, "no CUDA device available")                                          \
+  X(EMC_ECUDA, 5, "CUDA runtime error")                                                 \
+  X(EMC_EKEYSPACE, 6, "tables do not fit the global key width")                         \
+  X(EMC_ERANGE, 7, "id or table out of range")                                          \
+  X(EMC_EIO, 8, "input/output error")                                                   \
+  X(EMC_ECORRUPT, 9, "corrupt or foreign file")                                         \
+  X(EMC_EUNSUPPORTED, 10, "operation not supported in this configuration")
+
+typedef enum emc_status {
+#define EMC__STATUS_ENUM(name, value, text) name = value,
+  EMC_STATUS_MAP(EMC__STATUS_ENUM)
+#undef EMC__STATUS_ENUM
+} emc_status;
+
+/* Static text describing s ("invalid argument"); "unknown status" for values outside the enum. */
+EMC_API const char *emc_strerror(emc_status s);
+/* Static name of s ("EMC_EINVAL"); "EMC_UNKNOWN" for values outside the enum. */
+EMC_API const char *emc_status_name(emc_status s);
+/* Thread-local text of this thread's last failure (which call, which argument, why).
+ * Empty string if no call has failed on this thread. Valid until this thread's next
+ * failing call. Never NULL. */
+EMC_API const char *emc_last_error_detail(void);
+
+/* ----------------------------------------------------------------- tables */
+typedef enum emc_dtype {
+  EMC_DTYPE_F32 = 0, /* IEEE binary32, 4 bytes per element */
+  EMC_DTYPE_F16 = 1  /* IEEE binary16, 2 bytes per element (stored as raw bits) */
+} emc_dtype;
+
+typedef enum emc_table_kind {
+  EMC_TABLE_DENSE = 0, /* ids in [0, rows); every row exists (zero until written) */
+  EMC_TABLE_HASHED = 1 /* any 64-bit id; at most `rows` distinct ids; a row exists once written */
+} emc_table_kind;
+
+typedef struct emc_table_desc {
+  const char *name;    /* table name, copied; NULL gives "t<index>"; at most 255 bytes */
+  emc_table_kind kind; /* dense or hashed */
+  uint64_t rows;       /* dense: row count; hashed: capacity in distinct ids. >= 1 */
+  uint32_t dim;        /* elements per row, 1 .. EMC_MAX_DIM */
+  emc_dtype dtype;     /* element type */
+} emc_table_desc;
+
+#define EMC_MAX_TABLES 4096u      /* tables per store */
+#define EMC_MAX_DIM 65536u        /* elements per row */
+#define EMC_MAX_ROWS (1ull << 40) /* rows per table */
+
+/* Bytes of one packed row of a table: dim * (4 for f32, 2 for f16). */
+EMC_API size_t emc_dtype_size(emc_dtype d);
+
+/* ------------------------------------------------------------------ store */
+typedef struct emc_store emc_store;
+
+/* Create a store of n_tables tables in host memory, every dense row zero, every hashed
+ * table empty. Each table's rows live in one 64-byte-aligned jemalloc allocation.
+ *   tables: host array of n_tables descriptors (names are copied).
+ *   out:    receives the store; untouched on failure.
+ * Errors: EMC_EINVAL (NULL tables/out, n_tables 0 or > EMC_MAX_TABLES, rows 0 or >
+ *         EMC_MAX_ROWS, dim 0 or > EMC_MAX_DIM, bad kind/dtype, name too long),
+ *         EMC_ENOMEM. Blocking. */
+EMC_API emc_status emc_store_create(const emc_table_desc *tables, uint32_t n_tables,
+                                    emc_store **out);
+
+/* Free a store. NULL is fine. The store must have no attached cache (destroy it first);
+ * destroying a store with an attached cache is refused and leaks nothing but the call's
+ * effect: the store stays alive and the detail says why. */
+EMC_API void emc_store_destroy(emc_store *s);
+
+/* Number of tables; 0 for NULL. */
+EMC_API uint32_t emc_store_n_tables(const emc_store *s);
+
+/* Copy table `table`'s descriptor into *out. out->name points into the store (valid
+ * while the store lives).  Errors: EMC_EINVAL (NULL), EMC_ERANGE (table >= n_tables). */
+EMC_API emc_status emc_store_table(const emc_store *s, uint32_t table, emc_table_desc *out);
+
+/* Distinct ids present in a hashed table, or the row count of a dense table.
+ * Errors: EMC_EINVAL, EMC_ERANGE. */
+EMC_API emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *out);
+
+/* The value emc_store_fill_uniform writes for (seed, table, id): dim elements, element j
+ * uniformly distributed in [lo, hi), converted to the table's dtype (round to nearest
+ * even for f16). Pure function: lets a checker recompute any row.
+ *   out: host buffer of dim * emc_dtype_size(dtype) bytes.
+ * Errors: EMC_EINVAL (NULL out, dim 0, bad dtype, !(lo <= hi), non-finite bounds). */
+EMC_API emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, float lo,
+                                   float hi, uint32_t dim, emc_dtype dtype, void *out);
+
+/* Fill table `table` with emc_uniform_row(seed, table, id, lo, hi, ...) for every dense
+ * id in [0, rows), or for every id already present in a hashed table.
+ * Errors: EMC_EINVAL (NULL, bad bounds), EMC_ERANGE (table), EMC_EUNSUPPORTED (a cache
+ * is attached). Blocking. */
+EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float hi,
+                                          uint64_t seed);
+
+/* Write n rows of one table. Dense: ids in [0, rows). Hashed: new ids take a free row;
+ * duplicates in one call: the last one wins.
+ *   ids:  host array of n ids.   rows: host buffer (n, dim) packed in the table's dtype.
+ * The call is all-or-nothing: ids are checked (range, hashed capacity) before any row is
+ * written. Errors: EMC_EINVAL (NULL with n > 0), EMC_ERANGE (table, dense id >= rows,
+ * hashed table would exceed its capacity), EMC_EUNSUPPORTED (a cache is attached).
+ * n == 0 is a no-op. Blocking. */
+EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids,
+                                   size_t n, const void *rows);
+
+/* Read n rows of one table into rows (n, dim), packed in the table's dtype. A hashed id
+ * that is absent reads as a zero row. With an attached cache the store may hold older
+ * values than the cache (rows inserted and not yet written back): emc_flush first.
+ * Errors: EMC_EINVAL (NULL with n > 0), EMC_ERANGE (table, dense id >= rows). Blocking;
+ * `rows` is untouched on failure. */
+EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint64_t *ids,
+                                  size_t n, void *rows);
+
+/* Save the store to `path` in the embcache store format (see README, "Store file format"):
+ * written to path.tmp.<pid> then renamed, so an existing file is replaced whole or not at
+ * all. Sections carry XXH64 checksums. Errors: EMC_EINVAL (NULL), EMC_EIO (open, write,
+ * fsync or rename failed; errno text in the detail). Blocking. */
+EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
+
+/* Open a store saved by emc_store_save. Every size and checksum is verified before the
+ * store is returned; nothing half-loaded is ever returned.
+ * Errors: EMC_EINVAL (NULL), EMC_EIO (cannot open/read), EMC_ECORRUPT (bad magic, version,
+ * checksum, truncated, inconsistent sizes), EMC_ENOMEM. Blocking. */
+EMC_API emc_status emc_store_open(const char *path, emc_store **out);
+
+/* ------------------------------------------------------------------ cache */
+typedef enum emc_backend {
+  EMC_BACKEND_AUTO = 0, /* CUDA when a device answers and the CUDA backend is built; else host */
+  EMC_BACKEND_HOST = 1, /* host memory, host pointers, `stream` ignored */
+  EMC_BACKEND_CUDA = 2  /* device memory (not available in this release: EMC_EUNSUPPORTED) */
+} emc_backend;
+
+typedef struct emc_cache_config {
+  size_t struct_size;          /* sizeof(emc_cache_config); set by emc_cache_config_init */
+  emc_backend backend;         /* default EMC_BACKEND_AUTO */
+  int device;                  /* CUDA device ordinal; default 0; ignored by the host backend */
+  size_t capacity_bytes;       /* budget for cached rows (all tables together); default 64 MiB */
+  float evict_high;            /* t1: evict when rows in use would exceed t1 * capacity; default 0.95 */
+  float evict_low;             /* t2: an eviction pass frees LRU rows until use <= t2 * capacity;
+                                  default 0.80; 0 < t2 < t1 <= 1 */
+  uint32_t key_bits;           /* global key width, 32 or 64; default 64 */
+  uint64_t unified_index_rows; /* index entries that map hashed-table keys straight to host
+                                  rows (the unified index), so a miss resolves without a store
+                                  probe; default 65536; 0 disables */
+  uint64_t hash_seed;          /* seed of XXH3 for hashed-table ids; default 0 */
+} emc_cache_config;
+
+/* Fill *cfg with the defaults above and set struct_size. NULL is ignored. */
+EMC_API void emc_cache_config_init(emc_cache_config *cfg);
+
+typedef struct emc_cache emc_cache;
+
+/* Create a cache over `store` and attach it (a store serves at most one cache).
+ *   cfg: NULL for defaults; otherwise cfg->struct_size must be sizeof(emc_cache_config)
+ *        or a size of an earlier version of the struct (missing fields take defaults).
+ * The global key codec is built here: a canonical Huffman code of the table ids weighted by
+ * row count. Errors: EMC_EINVAL (NULL store/out, bad struct_size, thresholds outside
+ * 0 < t2 < t1 <= 1, key_bits not 32/64, capacity too small for one row of the widest
+ * table), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
+ * lacks), EMC_EUNSUPPORTED (store already has a cache; CUDA backend requested),
+ * EMC_ENODEV (CUDA requested and no device), EMC_ENOMEM. Blocking. */
+EMC_API emc_status emc_cache_create(emc_store *store, const emc_cache_config *cfg,
+                                    emc_cache **out);
+
+/* Write every dirty (inserted, not yet written back) row back to the store, free the cache
+ * and detach it from the store. NULL is fine (returns EMC_OK). On a failure to write back
+ * the cache is still freed only if no data would be lost; otherwise the error is returned
+ * and the cache stays usable. Blocking. */
+EMC_API emc_status emc_cache_destroy(emc_cache *c);
+
+/* Backend actually in use (AUTO resolved). */
+EMC_API emc_backend emc_cache_backend(const emc_cache *c);
+
+/* Bytes of a batch's packed row buffer for the cache's store (see "Batches").
+ * offsets: host array of n_tables + 1 entries. Errors: EMC_EINVAL (NULL, bad offsets). */
+EMC_API emc_status emc_batch_bytes(const emc_store *s, const uint64_t *offsets, size_t *out);
+
+/* Where emc_lookup_ex found each row. */
+typedef enum emc_where {
+  EMC_WHERE_CACHE = 0, /* a cache slot (hit) */
+  EMC_WHERE_STORE = 1, /* the store (miss) */
+  EMC_WHERE_ABSENT = 2 /* hashed id absent from the store: zero row */
+} emc_where;
+
+/* Look a batch up: out receives every row (see "Batches"). Missing rows are read from the
+ * store and admitted into the cache (evicting least-recently-used rows when use would
+ * exceed t1). Absent hashed ids give zero rows and are not admitted.
+ * Host backend: ids, offsets, out are host pointers; stream must be NULL (ignored).
+ *   ids:     (offsets[n_tables],)   offsets: (n_tables + 1,)   out: emc_batch_bytes bytes.
+ * Errors: EMC_EINVAL (NULL, bad offsets), EMC_ERANGE (a dense id >= rows). Checked before
+ * anything changes: on error out, stats and cache contents are untouched. Blocking (host). */
+EMC_API emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                              void *out, void *stream);
+
+/* emc_lookup that also reports, per position, where the row came from.
+ *   where: NULL, or host array (offsets[n_tables],) of uint8_t receiving emc_where values. */
+EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                 void *out, uint8_t *where, void *stream);
+
+/* Insert (update) rows: each row becomes the value of its id in the cache, marked dirty, and
+ * is written back to the store on eviction, emc_flush or emc_cache_destroy. Within one call
+ * the last of duplicate ids wins. A row that cannot get a slot is written through to the
+ * store. Hashed ids new to the store reserve a store row here.
+ * Host backend: host pointers, stream NULL. rows: emc_batch_bytes bytes.
+ * Errors: EMC_EINVAL, EMC_ERANGE (dense id >= rows; a hashed table would exceed its
+ * capacity). Checked before anything changes. Blocking (host). */
+EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                              const void *rows, void *stream);
+
+/* Write every dirty row back to the store (rows stay cached, now clean).
+ * Errors: EMC_EINVAL (NULL). Blocking (host). */
+EMC_API emc_status emc_flush(emc_cache *c, void *stream);
+
+typedef struct emc_stats {
+  uint64_t lookups;        /* ids looked up (positions, duplicates counted) */
+  uint64_t hits;           /* positions served from a cache slot */
+  uint64_t misses;         /* positions served from the store */
+  uint64_t absent;         /* positions whose hashed id was absent (zero row); not in misses */
+  uint64_t admissions;     /* rows copied into the cache after a miss */
+  uint64_t admit_skipped;  /* misses not admitted (writer lock busy, no room, pool full) */
+  uint64_t inserts;        /* rows written by emc_insert */
+  uint64_t evictions;      /* rows evicted */
+  uint64_t writebacks;     /* dirty rows written back to the store */
+  uint64_t evict_passes;   /* eviction passes run */
+  uint64_t retries;        /* optimistic reads that failed validation and were redone */
+  uint64_t unified_hits;   /* misses resolved to a host row by a unified-index entry */
+  uint64_t rows_cached;    /* rows resident now, all tables */
+  uint64_t bytes_in_use;   /* bytes of resident rows (slot stride * rows) */
+  uint64_t bytes_reserved; /* bytes of pool pages held by tables */
+  uint64_t capacity_bytes; /* the budget */
+  uint64_t index_bytes;    /* bytes of the index (both copies) */
+  uint64_t dirty_rows;     /* rows inserted and not yet written back */
+} emc_stats;
+
+/* Read counters (monotonic) and gauges (now). Errors: EMC_EINVAL (NULL). */
+EMC_API emc_status emc_get_stats(const emc_cache *c, emc_stats *out);
+
+/* Rows of table `table` resident now. Errors: EMC_EINVAL, EMC_ERANGE. */
+EMC_API emc_status emc_get_table_rows_cached(const emc_cache *c, uint32_t table,
+                                             uint64_t *out);
+
+/* The global key of (table, id) under this cache's codec, and the Huffman code of the
+ * table (code right-aligned in *code, its length in *code_bits); any output may be NULL.
+ * Errors: EMC_EINVAL, EMC_ERANGE (table, dense id >= rows). */
+EMC_API emc_status emc_cache_global_key(const emc_cache *c, uint32_t table, uint64_t id,
+                                        uint64_t *key, uint64_t *code, uint32_t *code_bits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EMBCACHE_H */

@@ -1,0 +1,211 @@
+/*
+ * cache.c: the public cache API. Validates every argument before anything changes, picks the
+ * backend, builds the key codec, and hands validated calls to the backend.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef EMC_HAVE_CUDA
+#include "emc_cuda.h"
+#endif
+
+void emc_cache_config_init(emc_cache_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->struct_size = sizeof *cfg;
+  cfg->backend = EMC_BACKEND_AUTO;
+  cfg->device = 0;
+  cfg->capacity_bytes = (size_t)64 << 20;
+  cfg->evict_high = 0.95f;
+  cfg->evict_low = 0.80f;
+  cfg->key_bits = 64;
+  cfg->unified_index_rows = 65536;
+  cfg->hash_seed = 0;
+}
+
+/* The smallest struct_size accepted: everything up to and including key_bits. */
+#define EMC__CFG_MIN_SIZE (offsetof(emc_cache_config, key_bits) + sizeof(uint32_t))
+
+static emc_status pick_backend(emc_cache_config *cfg) {
+#ifdef EMC_HAVE_CUDA
+  char err[256] = "";
+  int n;
+#endif
+  if (cfg->backend == EMC_BACKEND_HOST) return EMC_OK;
+  if (cfg->backend == EMC_BACKEND_AUTO) {
+    /* The CUDA backend is not part of this release: AUTO serves from host memory. */
+    cfg->backend = EMC_BACKEND_HOST;
+    return EMC_OK;
+  }
+  if (cfg->backend != EMC_BACKEND_CUDA)
+    return EMC_FAIL(EMC_EINVAL, "backend %d is not AUTO, HOST or CUDA", (int)cfg->backend);
+#ifdef EMC_HAVE_CUDA
+  n = emc__cuda_device_count(err, sizeof err);
+  if (n <= 0) return EMC_FAIL(EMC_ENODEV, "no CUDA device answers (%s)", n < 0 ? err : "0 devices");
+  if (cfg->device < 0 || cfg->device >= n)
+    return EMC_FAIL(EMC_ENODEV, "device %d, %d present", cfg->device, n);
+  return EMC_FAIL(EMC_EUNSUPPORTED, "the CUDA backend is not implemented in this release");
+#else
+  return EMC_FAIL(EMC_EUNSUPPORTED, "embcache was built without CUDA");
+#endif
+}
+
+emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, emc_cache **out) {
+  emc_cache_config cfg;
+  emc_cache *c;
+  uint64_t *rows = NULL;
+  emc_table_kind *kinds = NULL;
+  const char **names = NULL;
+  uint32_t t;
+  emc_status st;
+
+  if (!store || !out) return EMC_FAIL(EMC_EINVAL, "store or out is NULL");
+  emc_cache_config_init(&cfg);
+  if (user_cfg) {
+    if (user_cfg->struct_size < EMC__CFG_MIN_SIZE || user_cfg->struct_size > sizeof cfg)
+      return EMC_FAIL(EMC_EINVAL,
+                      "cfg->struct_size = %zu; call emc_cache_config_init (expects %zu..%zu)",
+                      user_cfg->struct_size, (size_t)EMC__CFG_MIN_SIZE, sizeof cfg);
+    memcpy(&cfg, user_cfg, user_cfg->struct_size);
+    cfg.struct_size = sizeof cfg;
+  }
+  if (!(cfg.evict_low > 0.0f && cfg.evict_low < cfg.evict_high && cfg.evict_high <= 1.0f))
+    return EMC_FAIL(EMC_EINVAL, "thresholds t2 = %g, t1 = %g; need 0 < t2 < t1 <= 1",
+                    (double)cfg.evict_low, (double)cfg.evict_high);
+  if (cfg.key_bits != 32 && cfg.key_bits != 64)
+    return EMC_FAIL(EMC_EINVAL, "key_bits = %u; must be 32 or 64", cfg.key_bits);
+  if (cfg.capacity_bytes == 0) return EMC_FAIL(EMC_EINVAL, "capacity_bytes is 0");
+  if (cfg.unified_index_rows > (1ull << 32))
+    return EMC_FAIL(EMC_EINVAL, "unified_index_rows = %llu; at most 2^32",
+                    (unsigned long long)cfg.unified_index_rows);
+  EMC_TRY(pick_backend(&cfg));
+
+  if (!(c = calloc(1, sizeof *c))) return EMC_FAIL(EMC_ENOMEM, "cache");
+  rows = calloc(store->n_tables, sizeof *rows);
+  kinds = calloc(store->n_tables, sizeof *kinds);
+  names = calloc(store->n_tables, sizeof *names);
+  if (!rows || !kinds || !names) {
+    st = EMC_FAIL(EMC_ENOMEM, "codec inputs");
+    goto fail;
+  }
+  for (t = 0; t < store->n_tables; t++) {
+    rows[t] = store->tables[t].rows;
+    kinds[t] = store->tables[t].kind;
+    names[t] = store->tables[t].name;
+  }
+  st = emc__codec_build_named(rows, kinds, names, store->n_tables, cfg.key_bits, cfg.hash_seed,
+                              &c->codec);
+  if (st != EMC_OK) goto fail;
+  c->store = store;
+  c->cfg = cfg;
+  c->backend = cfg.backend;
+  if ((st = emc__store_attach(store)) != EMC_OK) goto fail;
+  if ((st = emc__host_create(c)) != EMC_OK) {
+    emc__store_detach(store);
+    goto fail;
+  }
+  free(rows);
+  free(kinds);
+  free(names);
+  *out = c;
+  return EMC_OK;
+fail:
+  emc__codec_free(&c->codec);
+  free(c);
+  free(rows);
+  free(kinds);
+  free(names);
+  return st;
+}
+
+emc_status emc_cache_destroy(emc_cache *c) {
+  if (!c) return EMC_OK;
+  EMC_TRY(emc__host_flush(c));
+  emc__host_destroy(c);
+  emc__store_detach(c->store);
+  emc__codec_free(&c->codec);
+  free(c);
+  return EMC_OK;
+}
+
+emc_backend emc_cache_backend(const emc_cache *c) { return c ? c->backend : EMC_BACKEND_AUTO; }
+
+/* Checks shared by lookup and insert: pointers, offsets, dense id ranges. */
+static emc_status check_batch(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                              const void *buf, const char *buf_name) {
+  uint64_t total, i;
+  size_t bytes;
+  uint32_t t;
+  if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
+  EMC_TRY(emc__check_offsets(c->store, offsets, &total, &bytes));
+  if (total > 0 && !ids) return EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)total);
+  if (bytes > 0 && !buf) return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, bytes);
+  for (t = 0; t < c->store->n_tables; t++) {
+    const emc__table *tb = &c->store->tables[t];
+    if (tb->kind != EMC_TABLE_DENSE) continue;
+    for (i = offsets[t]; i < offsets[t + 1]; i++)
+      if (ids[i] >= tb->rows)
+        return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%llu] = %llu >= rows %llu", t, tb->name,
+                        (unsigned long long)i, (unsigned long long)ids[i],
+                        (unsigned long long)tb->rows);
+  }
+  return EMC_OK;
+}
+
+emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, void *out,
+                         uint8_t *where, void *stream) {
+  (void)stream; /* host backend: ignored */
+  EMC_TRY(check_batch(c, ids, offsets, out, "out"));
+  return emc__host_lookup(c, ids, offsets, out, where);
+}
+
+emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, void *out,
+                      void *stream) {
+  return emc_lookup_ex(c, ids, offsets, out, NULL, stream);
+}
+
+emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                      const void *rows, void *stream) {
+  (void)stream;
+  EMC_TRY(check_batch(c, ids, offsets, rows, "rows"));
+  return emc__host_insert(c, ids, offsets, rows);
+}
+
+emc_status emc_flush(emc_cache *c, void *stream) {
+  (void)stream;
+  if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
+  return emc__host_flush(c);
+}
+
+emc_status emc_get_stats(const emc_cache *c, emc_stats *out) {
+  if (!c || !out) return EMC_FAIL(EMC_EINVAL, "cache or out is NULL");
+  emc__host_stats(c, out);
+  return EMC_OK;
+}
+
+emc_status emc_get_table_rows_cached(const emc_cache *c, uint32_t table, uint64_t *out) {
+  if (!c || !out) return EMC_FAIL(EMC_EINVAL, "cache or out is NULL");
+  if (table >= c->store->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, c->store->n_tables);
+  *out = emc__host_table_rows(c, table);
+  return EMC_OK;
+}
+
+emc_status emc_cache_global_key(const emc_cache *c, uint32_t table, uint64_t id, uint64_t *key,
+                                uint64_t *code, uint32_t *code_bits) {
+  const emc__table_code *tc;
+  if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
+  if (table >= c->store->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, c->store->n_tables);
+  tc = &c->codec.tables[table];
+  if (tc->kind == EMC_TABLE_DENSE && id >= tc->rows)
+    return EMC_FAIL(EMC_ERANGE, "table %u: id %llu >= rows %llu", table, (unsigned long long)id,
+                    (unsigned long long)tc->rows);
+  if (key) *key = emc__global_key(tc, id, c->codec.hash_seed);
+  if (code) *code = tc->code;
+  if (code_bits) *code_bits = tc->len;
+  return EMC_OK;
+}

@@ -1,0 +1,182 @@
+/*
+ * internal.h: host-side internals shared by the files of lib/ (and white-box tests, fuzzers).
+ * Not installed. Names: emc__ (double underscore) for non-static internal symbols.
+ */
+#ifndef EMC_INTERNAL_H
+#define EMC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "embcache.h"
+#include "emc_item.h"
+
+#if defined(__GNUC__)
+#define EMC_INTERNAL __attribute__((visibility("hidden")))
+#define EMC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define EMC_INTERNAL
+#define EMC_PRINTF(a, b)
+#endif
+
+/* ------------------------------------------------------------------ errors
+ * emc__fail records "<func>: <message>" (plus file:line in debug builds) as this thread's
+ * last error detail and returns st, so a failure site reads
+ *     return EMC_FAIL(EMC_EINVAL, "ids is NULL with n = %zu", n);
+ * EMC_TRY forwards a failed status unchanged (the callee already recorded the detail). */
+EMC_INTERNAL emc_status emc__fail(emc_status st, const char *func, const char *file, int line,
+                                  const char *fmt, ...) EMC_PRINTF(5, 6);
+#define EMC_FAIL(st, ...) emc__fail((st), __func__, __FILE__, __LINE__, __VA_ARGS__)
+#define EMC_TRY(expr)                      \
+  do {                                     \
+    emc_status emc_try_st_ = (expr);       \
+    if (emc_try_st_ != EMC_OK) return emc_try_st_; \
+  } while (0)
+
+/* jemalloc: big host allocations go through mallocx/dallocx on the library's own arena, so
+ * they never mix with the application's malloc. Returns NULL on failure. */
+EMC_INTERNAL void *emc__alloc(size_t bytes, size_t align, int zero);
+EMC_INTERNAL void emc__free(void *p, size_t bytes);
+/* A private jemalloc arena (0 when none could be made: the default arena is used). */
+EMC_INTERNAL unsigned emc__arena_create(void);
+EMC_INTERNAL void emc__arena_destroy(unsigned arena);
+/* emc__alloc in `arena` (0: default), bypassing the thread cache. */
+EMC_INTERNAL void *emc__alloc_in(unsigned arena, size_t bytes, size_t align, int zero);
+
+/* ------------------------------------------------------------------ store */
+typedef struct emc__table {
+  char *name;           /* owned, NUL-terminated */
+  emc_table_kind kind;  /* dense / hashed */
+  emc_dtype dtype;      /* element type */
+  uint32_t dim;         /* elements per row */
+  uint32_t row_bytes;   /* dim * dtype size */
+  uint32_t stride;      /* emc__row_stride(row_bytes) */
+  uint64_t rows;        /* dense: rows; hashed: capacity */
+  unsigned char *base;  /* rows * stride bytes, 64-byte aligned */
+  size_t base_bytes;    /* bytes allocated at base */
+  /* hashed tables only: flat open-addressing map id -> row, plus row -> id */
+  uint64_t map_cap;     /* power of two >= 2 * rows */
+  uint64_t *map_ids;    /* map_cap ids */
+  uint64_t *map_rowp1;  /* map_cap row + 1, 0 = empty slot (acquire/release) */
+  uint64_t *row_ids;    /* rows: id of each used row (append-only) */
+  uint64_t count;       /* used rows (atomic: readers load it acquire) */
+} emc__table;
+
+struct emc_store {
+  uint32_t n_tables;
+  emc__table *tables;            /* n_tables */
+  uint32_t *stripes;             /* EMC__STORE_STRIPES row versions */
+  pthread_mutex_t lock;          /* serializes writers */
+  int attached;                  /* a cache is attached (under lock) */
+  unsigned arena;                /* jemalloc arena of the row memory, 0 = default */
+};
+
+/* Row address of a dense row or of hashed row index `row`. */
+static inline unsigned char *emc__store_row(const emc__table *t, uint64_t row) {
+  return t->base + row * (uint64_t)t->stride;
+}
+
+/* Hashed tables: row index of id, or -1 when absent. Lock-free. */
+EMC_INTERNAL int64_t emc__store_find(const emc__table *t, uint64_t id);
+/* Hashed tables: row of id, adding it (zero row) when absent; -1 when the table is full.
+ * Caller holds the writer lock (store lock or the attached cache's lock). */
+EMC_INTERNAL int64_t emc__store_find_or_add(emc__table *t, uint64_t id);
+
+/* Read a store row with the stripe-version protocol into dst (row_bytes). Never blocks;
+ * retries while a writer changes the row. */
+EMC_INTERNAL void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst);
+/* Write a store row under the stripe version. Caller holds the writer lock. */
+EMC_INTERNAL void emc__store_row_write(emc_store *s, uint32_t table, uint64_t row, const void *src);
+
+/* Store construction pieces shared by store.c and store_io.c. */
+EMC_INTERNAL emc_status emc__table_desc_check(const emc_table_desc *d, uint32_t i);
+EMC_INTERNAL emc_status emc__store_shell(uint32_t n_tables, emc_store **out);
+EMC_INTERNAL emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d);
+EMC_INTERNAL void emc__store_free(emc_store *s);
+/* Hashed: distinct ids of ids[0..n) absent from t; (uint64_t)-1 if scratch memory fails. */
+EMC_INTERNAL uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n);
+
+/* Attach/detach a cache: EMC_EUNSUPPORTED if one is attached already. */
+EMC_INTERNAL emc_status emc__store_attach(emc_store *s);
+EMC_INTERNAL void emc__store_detach(emc_store *s);
+
+/* Validate a batch's offsets against the store; on success *total_ids = offsets[n_tables]
+ * and *bytes = packed row bytes. */
+EMC_INTERNAL emc_status emc__check_offsets(const emc_store *s, const uint64_t *offsets,
+                                           uint64_t *total_ids, size_t *bytes);
+
+/* ------------------------------------------------------------------ key codec */
+typedef struct emc__codec {
+  uint32_t key_bits;        /* n: 32 or 64 */
+  uint32_t n_tables;
+  uint64_t hash_seed;       /* XXH3 seed for hashed tables */
+  emc__table_code *tables;  /* n_tables codes */
+  uint64_t reserved_code;   /* the all-ones code no table gets */
+  uint32_t reserved_len;
+  int used_huffman;         /* 1: Huffman lengths; 0: Kraft fallback lengths n - bits(T) */
+} emc__codec;
+
+/* Build the codec for tables with the given row counts (weights) and kinds.
+ * Errors: EMC_EKEYSPACE (detail names the table and the bits it lacks), EMC_EINVAL,
+ * EMC_ENOMEM. On success *out owns memory released by emc__codec_free. */
+EMC_INTERNAL emc_status emc__codec_build(const uint64_t *rows, const emc_table_kind *kinds,
+                                         uint32_t n_tables, uint32_t key_bits, uint64_t hash_seed,
+                                         emc__codec *out);
+/* The same, naming tables in error details (names may be NULL, or hold NULL entries). */
+EMC_INTERNAL emc_status emc__codec_build_named(const uint64_t *rows, const emc_table_kind *kinds,
+                                               const char *const *names, uint32_t n_tables,
+                                               uint32_t key_bits, uint64_t hash_seed,
+                                               emc__codec *out);
+EMC_INTERNAL void emc__codec_free(emc__codec *c);
+/* Table whose code prefixes key, or -1 for keys under the reserved code. */
+EMC_INTERNAL int64_t emc__codec_table_of(const emc__codec *c, uint64_t key);
+/* Dense id of a dense-table key (inverse of the bijection). */
+EMC_INTERNAL uint64_t emc__codec_dense_id(const emc__codec *c, uint32_t table, uint64_t key);
+/* Feature bits a table needs: ceil(log2(rows)), at least 1. */
+EMC_INTERNAL uint32_t emc__bits_for_rows(uint64_t rows);
+
+
+/* ------------------------------------------------------------------ cache */
+typedef struct emc__host_cache emc__host_cache;
+
+struct emc_cache {
+  emc_store *store;       /* the attached store (not owned) */
+  emc_backend backend;    /* resolved backend */
+  emc_cache_config cfg;   /* effective configuration */
+  emc__codec codec;       /* global key codec */
+  emc__host_cache *host;  /* host backend state */
+};
+
+/* Host backend (cache_host.c). Arguments were validated by cache.c; these cannot fail on bad
+ * input, only on resources. */
+EMC_INTERNAL emc_status emc__host_create(emc_cache *c);
+EMC_INTERNAL void emc__host_destroy(emc_cache *c);
+EMC_INTERNAL emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                         void *out, uint8_t *where);
+EMC_INTERNAL emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                         const void *rows);
+EMC_INTERNAL emc_status emc__host_flush(emc_cache *c);
+EMC_INTERNAL void emc__host_stats(const emc_cache *c, emc_stats *out);
+EMC_INTERNAL uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table);
+
+/* ------------------------------------------------------------------ cache checks
+ * White-box checks for tests and fuzzers (not part of the public contract). */
+typedef struct emc__cache_debug {
+  uint64_t passes;              /* eviction passes so far */
+  uint64_t passes_above_low;    /* passes that ended with bytes in use above t2 * capacity */
+  uint64_t max_bytes_after_pass;/* largest bytes-in-use seen right after a pass */
+  uint64_t calls_above_high;    /* calls that returned with bytes in use above t1 * capacity */
+  uint64_t low_bytes;           /* t2 * capacity, in bytes */
+  uint64_t high_bytes;          /* t1 * capacity, in bytes */
+  uint64_t index_rebuilds;      /* index rebuilds so far */
+} emc__cache_debug;
+
+/* Snapshot of the counters above. Errors: EMC_EINVAL. */
+EMC_INTERNAL emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out);
+/* Walk every structure of the cache and verify it: each live slot has exactly one index entry
+ * pointing at it and vice versa, page live counts and free lists agree, bytes in use equal
+ * the sum of live slots' strides, dirty counts agree, every entry's key is the global key of
+ * its (table, id). Takes the writer lock. Returns EMC_OK or EMC_ECORRUPT with a detail. */
+EMC_INTERNAL emc_status emc__cache_check(emc_cache *c);
+
+#endif /* EMC_INTERNAL_H */

@@ -1,0 +1,465 @@
+/*
+ * store.c: the CPU embedding store, the source of truth for every row.
+ *
+ * Each table's rows live in one 64-byte-aligned jemalloc allocation (one arena per store) at
+ * the stride emc__row_stride(row_bytes). Hashed tables add a flat open-addressing map
+ * id -> row (linear probing, power-of-two capacity >= 2 * rows, never deleted from) and an
+ * append-only row -> id array, which lets the cache validate a unified-index entry.
+ *
+ * Concurrency: readers never lock. Row contents are protected by striped versions
+ * (emc__store_row_read/write); map slots are published id first, then row + 1 with release.
+ * Writers are serialized by the store lock, or by the attached cache's writer lock (the store
+ * refuses direct writes while a cache is attached).
+ */
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+size_t emc_dtype_size(emc_dtype d) {
+  return d == EMC_DTYPE_F32 ? 4 : d == EMC_DTYPE_F16 ? 2 : 0;
+}
+
+/* ----------------------------------------------------------------- create/destroy */
+static void table_free(const emc_store *s, emc__table *t) {
+  (void)s;
+  free(t->name);
+  emc__free(t->base, t->base_bytes);
+  emc__free(t->map_ids, t->map_cap * sizeof(uint64_t));
+  emc__free(t->map_rowp1, t->map_cap * sizeof(uint64_t));
+  emc__free(t->row_ids, t->rows * sizeof(uint64_t));
+  memset(t, 0, sizeof *t);
+}
+
+static void store_free(emc_store *s) {
+  uint32_t i;
+  if (!s) return;
+  for (i = 0; i < s->n_tables; i++) table_free(s, &s->tables[i]);
+  free(s->tables);
+  free(s->stripes);
+  emc__arena_destroy(s->arena);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+emc_status emc__table_desc_check(const emc_table_desc *d, uint32_t i) {
+  if (d->kind != EMC_TABLE_DENSE && d->kind != EMC_TABLE_HASHED)
+    return EMC_FAIL(EMC_EINVAL, "table %u: kind %d is neither dense nor hashed", i, (int)d->kind);
+  if (d->dtype != EMC_DTYPE_F32 && d->dtype != EMC_DTYPE_F16)
+    return EMC_FAIL(EMC_EINVAL, "table %u: dtype %d is neither f32 nor f16", i, (int)d->dtype);
+  if (d->rows == 0 || d->rows > EMC_MAX_ROWS)
+    return EMC_FAIL(EMC_EINVAL, "table %u: rows = %llu, must be 1..2^40", i,
+                    (unsigned long long)d->rows);
+  if (d->dim == 0 || d->dim > EMC_MAX_DIM)
+    return EMC_FAIL(EMC_EINVAL, "table %u: dim = %u, must be 1..%u", i, d->dim, EMC_MAX_DIM);
+  if (d->name && strlen(d->name) > 255)
+    return EMC_FAIL(EMC_EINVAL, "table %u: name longer than 255 bytes", i);
+  return EMC_OK;
+}
+
+/* Allocate table i's memory from its descriptor (rows zero, map empty). */
+emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
+  emc__table *t = &s->tables[i];
+  char buf[32];
+  const char *nm = d->name;
+  if (!nm) {
+    snprintf(buf, sizeof buf, "t%u", i);
+    nm = buf;
+  }
+  t->name = malloc(strlen(nm) + 1);
+  if (!t->name) return EMC_FAIL(EMC_ENOMEM, "table %u: name", i);
+  strcpy(t->name, nm);
+  t->kind = d->kind;
+  t->dtype = d->dtype;
+  t->dim = d->dim;
+  t->row_bytes = (uint32_t)(d->dim * emc_dtype_size(d->dtype));
+  t->stride = (uint32_t)emc__row_stride(t->row_bytes);
+  t->rows = d->rows;
+  if (t->rows > SIZE_MAX / t->stride)
+    return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): %llu rows of %u bytes overflow", i, t->name,
+                    (unsigned long long)t->rows, t->stride);
+  t->base_bytes = (size_t)(t->rows * t->stride);
+  t->base = emc__alloc_in(s->arena, t->base_bytes, 64, 1);
+  if (!t->base)
+    return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate %zu bytes of rows", i, t->name,
+                    t->base_bytes);
+  if (t->kind == EMC_TABLE_HASHED) {
+    uint64_t cap = 16;
+    while (cap < 2 * t->rows) cap <<= 1;
+    t->map_cap = cap;
+    t->map_ids = emc__alloc_in(s->arena, cap * sizeof(uint64_t), 64, 1);
+    t->map_rowp1 = emc__alloc_in(s->arena, cap * sizeof(uint64_t), 64, 1);
+    t->row_ids = emc__alloc_in(s->arena, t->rows * sizeof(uint64_t), 64, 1);
+    if (!t->map_ids || !t->map_rowp1 || !t->row_ids)
+      return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate the id map of %llu slots", i,
+                      t->name, (unsigned long long)cap);
+  }
+  return EMC_OK;
+}
+
+/* An empty store shell of n tables (no table memory yet). */
+emc_status emc__store_shell(uint32_t n_tables, emc_store **out) {
+  emc_store *s = calloc(1, sizeof *s);
+  if (!s) return EMC_FAIL(EMC_ENOMEM, "store");
+  s->tables = calloc(n_tables, sizeof *s->tables);
+  s->stripes = calloc(EMC__STORE_STRIPES, sizeof *s->stripes);
+  if (!s->tables || !s->stripes || pthread_mutex_init(&s->lock, NULL) != 0) {
+    free(s->tables);
+    free(s->stripes);
+    free(s);
+    return EMC_FAIL(EMC_ENOMEM, "store of %u tables", n_tables);
+  }
+  s->n_tables = n_tables;
+  s->arena = emc__arena_create();
+  *out = s;
+  return EMC_OK;
+}
+
+void emc__store_free(emc_store *s) { store_free(s); }
+
+emc_status emc_store_create(const emc_table_desc *tables, uint32_t n_tables, emc_store **out) {
+  emc_store *s = NULL;
+  uint32_t i;
+  emc_status st;
+  if (!tables || !out) return EMC_FAIL(EMC_EINVAL, "tables or out is NULL");
+  if (n_tables == 0 || n_tables > EMC_MAX_TABLES)
+    return EMC_FAIL(EMC_EINVAL, "n_tables = %u, must be 1..%u", n_tables, EMC_MAX_TABLES);
+  for (i = 0; i < n_tables; i++) EMC_TRY(emc__table_desc_check(&tables[i], i));
+  EMC_TRY(emc__store_shell(n_tables, &s));
+  for (i = 0; i < n_tables; i++) {
+    st = emc__table_init(s, i, &tables[i]);
+    if (st != EMC_OK) {
+      store_free(s);
+      return st;
+    }
+  }
+  *out = s;
+  return EMC_OK;
+}
+
+void emc_store_destroy(emc_store *s) {
+  int attached;
+  if (!s) return;
+  pthread_mutex_lock(&s->lock);
+  attached = s->attached;
+  pthread_mutex_unlock(&s->lock);
+  if (attached) {
+    (void)EMC_FAIL(EMC_EINVAL, "the store has an attached cache; destroy the cache first "
+                               "(the store was not freed)");
+    return;
+  }
+  store_free(s);
+}
+
+uint32_t emc_store_n_tables(const emc_store *s) { return s ? s->n_tables : 0; }
+
+emc_status emc_store_table(const emc_store *s, uint32_t table, emc_table_desc *out) {
+  const emc__table *t;
+  if (!s || !out) return EMC_FAIL(EMC_EINVAL, "s or out is NULL");
+  if (table >= s->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
+  t = &s->tables[table];
+  out->name = t->name;
+  out->kind = t->kind;
+  out->rows = t->rows;
+  out->dim = t->dim;
+  out->dtype = t->dtype;
+  return EMC_OK;
+}
+
+emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *out) {
+  const emc__table *t;
+  if (!s || !out) return EMC_FAIL(EMC_EINVAL, "s or out is NULL");
+  if (table >= s->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
+  t = &s->tables[table];
+  *out = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(&t->count);
+  return EMC_OK;
+}
+
+/* ----------------------------------------------------------------- hashed map */
+static uint64_t map_home(const emc__table *t, uint64_t id) {
+  return emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (t->map_cap - 1u);
+}
+
+int64_t emc__store_find(const emc__table *t, uint64_t id) {
+  uint64_t i = map_home(t, id), n;
+  for (n = 0; n < t->map_cap; n++) {
+    uint64_t rp = EMC_LD_ACQUIRE(&t->map_rowp1[i]);
+    if (rp == 0) return -1;
+    if (EMC_LD_RELAXED(&t->map_ids[i]) == id) return (int64_t)(rp - 1u);
+    i = (i + 1u) & (t->map_cap - 1u);
+  }
+  return -1;
+}
+
+int64_t emc__store_find_or_add(emc__table *t, uint64_t id) {
+  uint64_t i = map_home(t, id), n, row;
+  for (n = 0; n < t->map_cap; n++) {
+    uint64_t rp = EMC_LD_RELAXED(&t->map_rowp1[i]);
+    if (rp == 0) break;
+    if (EMC_LD_RELAXED(&t->map_ids[i]) == id) return (int64_t)(rp - 1u);
+    i = (i + 1u) & (t->map_cap - 1u);
+  }
+  row = EMC_LD_RELAXED(&t->count);
+  if (row >= t->rows) return -1; /* full (the map is never more than half full) */
+  EMC_ST_RELAXED(&t->row_ids[row], id);
+  EMC_ST_RELAXED(&t->map_ids[i], id);
+  EMC_ST_RELEASE(&t->map_rowp1[i], row + 1u);
+  EMC_ST_RELEASE(&t->count, row + 1u);
+  return (int64_t)row;
+}
+
+/* ----------------------------------------------------------------- row versions */
+void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst) {
+  const emc__table *t = &s->tables[table];
+  uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
+  const unsigned char *src = emc__store_row(t, row);
+  for (;;) {
+    uint32_t v1 = EMC_LD_ACQUIRE(v), v2;
+    if (v1 & 1u) {
+      sched_yield();
+      continue;
+    }
+    emc__row_load(dst, src, t->row_bytes);
+    EMC_FENCE_ACQUIRE();
+    v2 = EMC_LD_RELAXED(v);
+    if (v1 == v2) return;
+  }
+}
+
+void emc__store_row_write(emc_store *s, uint32_t table, uint64_t row, const void *src) {
+  const emc__table *t = &s->tables[table];
+  uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
+  EMC_ST_RELAXED(v, EMC_LD_RELAXED(v) + 1u);
+  EMC_FENCE_RELEASE();
+  emc__row_store(emc__store_row(t, row), src, t->row_bytes);
+  EMC_ST_RELEASE(v, EMC_LD_RELAXED(v) + 1u);
+}
+
+emc_status emc__store_attach(emc_store *s) {
+  emc_status st = EMC_OK;
+  pthread_mutex_lock(&s->lock);
+  if (s->attached)
+    st = EMC_FAIL(EMC_EUNSUPPORTED, "the store already serves a cache (one cache per store)");
+  else
+    s->attached = 1;
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+void emc__store_detach(emc_store *s) {
+  pthread_mutex_lock(&s->lock);
+  s->attached = 0;
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* ----------------------------------------------------------------- batches */
+emc_status emc__check_offsets(const emc_store *s, const uint64_t *offsets, uint64_t *total_ids,
+                              size_t *bytes) {
+  uint32_t t;
+  size_t b = 0;
+  if (!s || !offsets) return EMC_FAIL(EMC_EINVAL, "store or offsets is NULL");
+  if (offsets[0] != 0)
+    return EMC_FAIL(EMC_EINVAL, "offsets[0] = %llu, must be 0", (unsigned long long)offsets[0]);
+  for (t = 0; t < s->n_tables; t++) {
+    uint64_t n;
+    if (offsets[t + 1] < offsets[t])
+      return EMC_FAIL(EMC_EINVAL, "offsets decrease at table %u (%llu < %llu)", t,
+                      (unsigned long long)offsets[t + 1], (unsigned long long)offsets[t]);
+    n = offsets[t + 1] - offsets[t];
+    if (n > (SIZE_MAX - b) / s->tables[t].row_bytes)
+      return EMC_FAIL(EMC_EINVAL, "batch byte size overflows at table %u", t);
+    b += (size_t)n * s->tables[t].row_bytes;
+  }
+  if (total_ids) *total_ids = offsets[s->n_tables];
+  if (bytes) *bytes = b;
+  return EMC_OK;
+}
+
+emc_status emc_batch_bytes(const emc_store *s, const uint64_t *offsets, size_t *out) {
+  if (!out) return EMC_FAIL(EMC_EINVAL, "out is NULL");
+  return emc__check_offsets(s, offsets, NULL, out);
+}
+
+/* ----------------------------------------------------------------- uniform fill */
+static void uniform_row(uint64_t seed, uint32_t table, uint64_t id, float lo, float hi,
+                        uint32_t dim, emc_dtype dtype, void *out) {
+  uint64_t st = emc__uniform_state(seed, table, id);
+  uint32_t j;
+  if (dtype == EMC_DTYPE_F32) {
+    float *o = out;
+    for (j = 0; j < dim; j++) o[j] = emc__uniform_elem(st, j, lo, hi);
+  } else {
+    unsigned char *o = out;
+    for (j = 0; j < dim; j++) {
+      uint16_t h = emc__f32_to_f16(emc__uniform_elem(st, j, lo, hi));
+      memcpy(o + 2u * j, &h, 2);
+    }
+  }
+}
+
+static emc_status check_bounds(float lo, float hi) {
+  if (!isfinite(lo) || !isfinite(hi) || !(lo <= hi))
+    return EMC_FAIL(EMC_EINVAL, "bounds [%g, %g) are not finite with lo <= hi", (double)lo,
+                    (double)hi);
+  return EMC_OK;
+}
+
+emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, float lo, float hi,
+                           uint32_t dim, emc_dtype dtype, void *out) {
+  if (!out) return EMC_FAIL(EMC_EINVAL, "out is NULL");
+  if (dim == 0 || dim > EMC_MAX_DIM) return EMC_FAIL(EMC_EINVAL, "dim = %u", dim);
+  if (dtype != EMC_DTYPE_F32 && dtype != EMC_DTYPE_F16)
+    return EMC_FAIL(EMC_EINVAL, "dtype %d", (int)dtype);
+  EMC_TRY(check_bounds(lo, hi));
+  uniform_row(seed, table, id, lo, hi, dim, dtype, out);
+  return EMC_OK;
+}
+
+/* Lock the store for a direct write; fails if a cache is attached. */
+static emc_status lock_for_write(emc_store *s) {
+  pthread_mutex_lock(&s->lock);
+  if (s->attached) {
+    pthread_mutex_unlock(&s->lock);
+    return EMC_FAIL(EMC_EUNSUPPORTED,
+                    "a cache is attached to this store: write through emc_insert, or destroy "
+                    "the cache first");
+  }
+  return EMC_OK;
+}
+
+emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float hi,
+                                  uint64_t seed) {
+  emc__table *t;
+  unsigned char *buf;
+  uint64_t r, n;
+  if (!s) return EMC_FAIL(EMC_EINVAL, "s is NULL");
+  if (table >= s->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
+  EMC_TRY(check_bounds(lo, hi));
+  t = &s->tables[table];
+  buf = malloc(t->stride);
+  if (!buf) return EMC_FAIL(EMC_ENOMEM, "row buffer");
+  {
+    emc_status st = lock_for_write(s);
+    if (st != EMC_OK) {
+      free(buf);
+      return st;
+    }
+  }
+  n = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_RELAXED(&t->count);
+  for (r = 0; r < n; r++) {
+    uint64_t id = t->kind == EMC_TABLE_DENSE ? r : t->row_ids[r];
+    uniform_row(seed, table, id, lo, hi, t->dim, t->dtype, buf);
+    emc__store_row_write(s, table, r, buf);
+  }
+  pthread_mutex_unlock(&s->lock);
+  free(buf);
+  return EMC_OK;
+}
+
+/* Hashed: number of distinct ids in ids[0..n) absent from the table (for the capacity check).
+ * Returns (uint64_t)-1 when the scratch set cannot be allocated. */
+uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n) {
+  uint64_t cap = 16, *set, *used, fresh = 0;
+  size_t i;
+  while (cap < 2 * (uint64_t)n) cap <<= 1;
+  set = malloc(cap * sizeof *set);
+  used = calloc(cap / 64 + 1, sizeof *used);
+  if (!set || !used) {
+    free(set);
+    free(used);
+    return (uint64_t)-1;
+  }
+  for (i = 0; i < n; i++) {
+    uint64_t h;
+    if (emc__store_find(t, ids[i]) >= 0) continue;
+    h = emc__fmix64(ids[i]) & (cap - 1u);
+    for (;;) {
+      if (!(used[h / 64] >> (h % 64) & 1u)) {
+        used[h / 64] |= 1ull << (h % 64);
+        set[h] = ids[i];
+        fresh++;
+        break;
+      }
+      if (set[h] == ids[i]) break;
+      h = (h + 1u) & (cap - 1u);
+    }
+  }
+  free(set);
+  free(used);
+  return fresh;
+}
+
+emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, size_t n,
+                           const void *rows) {
+  emc__table *t;
+  size_t i;
+  emc_status st = EMC_OK;
+  if (!s) return EMC_FAIL(EMC_EINVAL, "s is NULL");
+  if (table >= s->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
+  if (n == 0) return EMC_OK;
+  if (!ids || !rows) return EMC_FAIL(EMC_EINVAL, "ids or rows is NULL with n = %zu", n);
+  t = &s->tables[table];
+  EMC_TRY(lock_for_write(s));
+  if (t->kind == EMC_TABLE_DENSE) {
+    for (i = 0; i < n; i++)
+      if (ids[i] >= t->rows) {
+        st = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%zu] = %llu >= rows %llu", table, t->name,
+                      i, (unsigned long long)ids[i], (unsigned long long)t->rows);
+        goto out;
+      }
+  } else {
+    uint64_t fresh = emc__count_new_ids(t, ids, n);
+    if (fresh == (uint64_t)-1) {
+      st = EMC_FAIL(EMC_ENOMEM, "scratch set of %zu ids", n);
+      goto out;
+    }
+    if (fresh > t->rows - EMC_LD_RELAXED(&t->count)) {
+      st = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
+                    table, t->name, (unsigned long long)fresh,
+                    (unsigned long long)(t->rows - t->count));
+      goto out;
+    }
+  }
+  for (i = 0; i < n; i++) {
+    uint64_t row = t->kind == EMC_TABLE_DENSE ? ids[i] : (uint64_t)emc__store_find_or_add(t, ids[i]);
+    emc__store_row_write(s, table, row, (const unsigned char *)rows + i * (size_t)t->row_bytes);
+  }
+out:
+  pthread_mutex_unlock(&s->lock);
+  return st;
+}
+
+emc_status emc_store_read(const emc_store *s, uint32_t table, const uint64_t *ids, size_t n,
+                          void *rows) {
+  const emc__table *t;
+  size_t i;
+  if (!s) return EMC_FAIL(EMC_EINVAL, "s is NULL");
+  if (table >= s->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
+  if (n == 0) return EMC_OK;
+  if (!ids || !rows) return EMC_FAIL(EMC_EINVAL, "ids or rows is NULL with n = %zu", n);
+  t = &s->tables[table];
+  if (t->kind == EMC_TABLE_DENSE) {
+    for (i = 0; i < n; i++)
+      if (ids[i] >= t->rows)
+        return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%zu] = %llu >= rows %llu", table,
+                        t->name, i, (unsigned long long)ids[i], (unsigned long long)t->rows);
+    for (i = 0; i < n; i++)
+      emc__store_row_read(s, table, ids[i], (unsigned char *)rows + i * (size_t)t->row_bytes);
+  } else {
+    for (i = 0; i < n; i++) {
+      unsigned char *dst = (unsigned char *)rows + i * (size_t)t->row_bytes;
+      int64_t row = emc__store_find(t, ids[i]);
+      if (row < 0) memset(dst, 0, t->row_bytes);
+      else emc__store_row_read(s, table, (uint64_t)row, dst);
+    }
+  }
+  return EMC_OK;
+}

@@ -1,0 +1,394 @@
+/*
+ * store_io.c: the store file format (emc_store_save / emc_store_open).
+ *
+ * All integers little-endian. Every section ends with the XXH64 (seed 0) of its bytes.
+ *
+ *   header, 64 bytes
+ *     char     magic[8]       "EMBCSTOR"
+ *     uint32   version        1
+ *     uint32   n_tables       1 .. EMC_MAX_TABLES
+ *     uint64   desc_bytes     bytes of the descriptor section, checksum excluded
+ *     uint64   file_bytes     bytes of the whole file
+ *     uint64   reserved[3]    0
+ *     uint64   xxh64          of the 56 bytes above
+ *   descriptor section: n_tables records, then uint64 xxh64
+ *     uint32 kind, uint32 dtype, uint32 dim, uint32 name_len (<= 255),
+ *     uint64 rows (dense: rows; hashed: capacity), uint64 count (rows present),
+ *     uint64 data_bytes, name (name_len bytes, no NUL), zero padding to 8 bytes
+ *   one data section per table, then uint64 xxh64
+ *     hashed: count ids (uint64), then count rows; dense: rows rows.
+ *     Rows are packed (dim * dtype size bytes each), in row order.
+ *
+ * Open checks the header, then every size against the file's real size, then each section's
+ * checksum while loading into a fresh store; any failure frees everything, so a store is
+ * returned whole or not at all.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "internal.h"
+
+#define EMC__FILE_MAGIC "EMBCSTOR"
+#define EMC__FILE_VERSION 1u
+#define EMC__HDR_BYTES 64u
+#define EMC__DESC_FIXED 40u
+
+typedef struct wr {
+  FILE *f;
+  XXH64_state_t *h;
+  int err;
+} wr;
+
+static void wr_bytes(wr *w, const void *p, size_t n) {
+  if (w->err || n == 0) return;
+  if (fwrite(p, 1, n, w->f) != n) w->err = errno ? errno : EIO;
+  if (w->h) XXH64_update(w->h, p, n);
+}
+static void wr_u32(wr *w, uint32_t v) { wr_bytes(w, &v, 4); }
+static void wr_u64(wr *w, uint64_t v) { wr_bytes(w, &v, 8); }
+static void wr_sum(wr *w) {
+  uint64_t d = XXH64_digest(w->h);
+  XXH64_state_t *h = w->h;
+  w->h = NULL;
+  wr_u64(w, d);
+  XXH64_reset(h, 0);
+  w->h = h;
+}
+
+static uint64_t table_count(const emc__table *t) {
+  return t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(&t->count);
+}
+static uint64_t table_data_bytes(const emc__table *t, uint64_t count) {
+  return (t->kind == EMC_TABLE_HASHED ? count * 8u : 0u) + count * t->row_bytes;
+}
+static uint32_t pad8(uint32_t n) { return (8u - (n & 7u)) & 7u; }
+
+emc_status emc_store_save(const emc_store *s, const char *path) {
+  char *tmp;
+  wr w = {0};
+  uint32_t i;
+  uint64_t desc_bytes = 0, file_bytes, *counts;
+  unsigned char hdr[EMC__HDR_BYTES], *row = NULL;
+  emc_status st = EMC_OK;
+  static const unsigned char zeros[8] = {0};
+
+  if (!s || !path) return EMC_FAIL(EMC_EINVAL, "s or path is NULL");
+  counts = calloc(s->n_tables, sizeof *counts);
+  tmp = malloc(strlen(path) + 32);
+  w.h = XXH64_createState();
+  if (!counts || !tmp || !w.h) {
+    st = EMC_FAIL(EMC_ENOMEM, "save buffers");
+    goto out;
+  }
+  /* Sizes first (a hashed table's count is sampled once: rows added later are not saved). */
+  file_bytes = EMC__HDR_BYTES;
+  for (i = 0; i < s->n_tables; i++) {
+    const emc__table *t = &s->tables[i];
+    uint32_t nl = (uint32_t)strlen(t->name);
+    counts[i] = table_count(t);
+    desc_bytes += EMC__DESC_FIXED + nl + pad8(nl);
+    file_bytes += table_data_bytes(t, counts[i]) + 8u;
+  }
+  file_bytes += desc_bytes + 8u;
+
+  sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
+  w.f = fopen(tmp, "wb");
+  if (!w.f) {
+    st = EMC_FAIL(EMC_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+    goto out;
+  }
+  /* header */
+  memset(hdr, 0, sizeof hdr);
+  memcpy(hdr, EMC__FILE_MAGIC, 8);
+  {
+    uint32_t v = EMC__FILE_VERSION, n = s->n_tables;
+    uint64_t d;
+    memcpy(hdr + 8, &v, 4);
+    memcpy(hdr + 12, &n, 4);
+    memcpy(hdr + 16, &desc_bytes, 8);
+    memcpy(hdr + 24, &file_bytes, 8);
+    d = XXH64(hdr, 56, 0);
+    memcpy(hdr + 56, &d, 8);
+  }
+  {
+    XXH64_state_t *h = w.h;
+    w.h = NULL;
+    wr_bytes(&w, hdr, sizeof hdr);
+    w.h = h;
+    XXH64_reset(w.h, 0);
+  }
+  /* descriptors */
+  for (i = 0; i < s->n_tables; i++) {
+    const emc__table *t = &s->tables[i];
+    uint32_t nl = (uint32_t)strlen(t->name);
+    wr_u32(&w, (uint32_t)t->kind);
+    wr_u32(&w, (uint32_t)t->dtype);
+    wr_u32(&w, t->dim);
+    wr_u32(&w, nl);
+    wr_u64(&w, t->rows);
+    wr_u64(&w, counts[i]);
+    wr_u64(&w, table_data_bytes(t, counts[i]));
+    wr_bytes(&w, t->name, nl);
+    wr_bytes(&w, zeros, pad8(nl));
+  }
+  wr_sum(&w);
+  /* data */
+  for (i = 0; i < s->n_tables && !w.err; i++) {
+    const emc__table *t = &s->tables[i];
+    uint64_t r;
+    free(row);
+    row = malloc(t->stride);
+    if (!row) {
+      st = EMC_FAIL(EMC_ENOMEM, "row buffer");
+      break;
+    }
+    if (t->kind == EMC_TABLE_HASHED)
+      for (r = 0; r < counts[i]; r++) wr_u64(&w, EMC_LD_RELAXED(&t->row_ids[r]));
+    for (r = 0; r < counts[i] && !w.err; r++) {
+      emc__store_row_read(s, i, r, row);
+      wr_bytes(&w, row, t->row_bytes);
+    }
+    wr_sum(&w);
+  }
+  if (st == EMC_OK && !w.err && fflush(w.f) != 0) w.err = errno ? errno : EIO;
+  if (st == EMC_OK && !w.err && fsync(fileno(w.f)) != 0) w.err = errno ? errno : EIO;
+  if (fclose(w.f) != 0 && !w.err) w.err = errno ? errno : EIO;
+  w.f = NULL;
+  if (st == EMC_OK && w.err) st = EMC_FAIL(EMC_EIO, "writing '%s': %s", tmp, strerror(w.err));
+  if (st == EMC_OK && rename(tmp, path) != 0)
+    st = EMC_FAIL(EMC_EIO, "rename '%s' -> '%s': %s", tmp, path, strerror(errno));
+  if (st != EMC_OK) remove(tmp);
+out:
+  free(row);
+  free(tmp);
+  free(counts);
+  if (w.h) XXH64_freeState(w.h);
+  return st;
+}
+
+/* ----------------------------------------------------------------- open */
+typedef struct rd {
+  FILE *f;
+  XXH64_state_t *h;
+  uint64_t left; /* bytes of the file not yet read */
+} rd;
+
+/* Read n bytes; EMC_ECORRUPT if the file ends first, EMC_EIO on a read error. */
+static emc_status rd_bytes(rd *r, void *p, size_t n, const char *what) {
+  if (n > r->left) return EMC_FAIL(EMC_ECORRUPT, "file truncated in %s", what);
+  if (fread(p, 1, n, r->f) != n)
+    return ferror(r->f) ? EMC_FAIL(EMC_EIO, "read error in %s", what)
+                        : EMC_FAIL(EMC_ECORRUPT, "file truncated in %s", what);
+  r->left -= n;
+  if (r->h) XXH64_update(r->h, p, n);
+  return EMC_OK;
+}
+
+static emc_status rd_sum(rd *r, const char *what) {
+  uint64_t want = XXH64_digest(r->h), got;
+  XXH64_state_t *h = r->h;
+  emc_status st;
+  r->h = NULL;
+  st = rd_bytes(r, &got, 8, what);
+  r->h = h;
+  XXH64_reset(h, 0);
+  if (st != EMC_OK) return st;
+  if (got != want) return EMC_FAIL(EMC_ECORRUPT, "checksum mismatch in %s", what);
+  return EMC_OK;
+}
+
+typedef struct file_desc {
+  uint32_t kind, dtype, dim, name_len;
+  uint64_t rows, count, data_bytes;
+  char name[256];
+} file_desc;
+
+emc_status emc_store_open(const char *path, emc_store **out) {
+  rd r = {0};
+  struct stat sb;
+  unsigned char hdr[EMC__HDR_BYTES], *row = NULL;
+  uint32_t version, n_tables, i;
+  uint64_t desc_bytes, file_bytes, sum = EMC__HDR_BYTES, d;
+  file_desc *fd = NULL;
+  emc_store *s = NULL;
+  emc_status st = EMC_OK;
+
+  if (!path || !out) return EMC_FAIL(EMC_EINVAL, "path or out is NULL");
+  r.f = fopen(path, "rb");
+  if (!r.f) return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(errno));
+  if (fstat(fileno(r.f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(r.f);
+    return EMC_FAIL(EMC_EIO, "'%s' is not a regular file", path);
+  }
+  r.left = (uint64_t)sb.st_size;
+  r.h = XXH64_createState();
+  if (!r.h) {
+    fclose(r.f);
+    return EMC_FAIL(EMC_ENOMEM, "hash state");
+  }
+
+  /* header */
+  {
+    XXH64_state_t *h = r.h;
+    r.h = NULL;
+    st = rd_bytes(&r, hdr, sizeof hdr, "header");
+    r.h = h;
+    XXH64_reset(r.h, 0);
+  }
+  if (st != EMC_OK) goto fail;
+  if (memcmp(hdr, EMC__FILE_MAGIC, 8) != 0) {
+    st = EMC_FAIL(EMC_ECORRUPT, "'%s' is not an embcache store (bad magic)", path);
+    goto fail;
+  }
+  memcpy(&d, hdr + 56, 8);
+  if (d != XXH64(hdr, 56, 0)) {
+    st = EMC_FAIL(EMC_ECORRUPT, "header checksum mismatch");
+    goto fail;
+  }
+  memcpy(&version, hdr + 8, 4);
+  memcpy(&n_tables, hdr + 12, 4);
+  memcpy(&desc_bytes, hdr + 16, 8);
+  memcpy(&file_bytes, hdr + 24, 8);
+  if (version != EMC__FILE_VERSION) {
+    st = EMC_FAIL(EMC_ECORRUPT, "format version %u, this library reads %u", version,
+                  EMC__FILE_VERSION);
+    goto fail;
+  }
+  if (n_tables == 0 || n_tables > EMC_MAX_TABLES || file_bytes != (uint64_t)sb.st_size ||
+      desc_bytes > file_bytes ||
+      desc_bytes < (uint64_t)n_tables * EMC__DESC_FIXED) {
+    st = EMC_FAIL(EMC_ECORRUPT, "inconsistent header (n_tables %u, file %llu of %llu bytes)",
+                  n_tables, (unsigned long long)file_bytes, (unsigned long long)sb.st_size);
+    goto fail;
+  }
+
+  /* descriptors, checked for consistency before any table memory is allocated */
+  fd = calloc(n_tables, sizeof *fd);
+  if (!fd) {
+    st = EMC_FAIL(EMC_ENOMEM, "descriptors");
+    goto fail;
+  }
+  {
+    uint64_t seen = 0;
+    for (i = 0; i < n_tables; i++) {
+      unsigned char fx[EMC__DESC_FIXED], pad[8];
+      emc_table_desc td;
+      uint64_t rb, want;
+      if ((st = rd_bytes(&r, fx, sizeof fx, "descriptors")) != EMC_OK) goto fail;
+      memcpy(&fd[i].kind, fx, 4);
+      memcpy(&fd[i].dtype, fx + 4, 4);
+      memcpy(&fd[i].dim, fx + 8, 4);
+      memcpy(&fd[i].name_len, fx + 12, 4);
+      memcpy(&fd[i].rows, fx + 16, 8);
+      memcpy(&fd[i].count, fx + 24, 8);
+      memcpy(&fd[i].data_bytes, fx + 32, 8);
+      if (fd[i].name_len > 255) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: name length %u", i, fd[i].name_len);
+        goto fail;
+      }
+      if ((st = rd_bytes(&r, fd[i].name, fd[i].name_len, "descriptors")) != EMC_OK) goto fail;
+      if ((st = rd_bytes(&r, pad, pad8(fd[i].name_len), "descriptors")) != EMC_OK) goto fail;
+      fd[i].name[fd[i].name_len] = 0;
+      seen += EMC__DESC_FIXED + fd[i].name_len + pad8(fd[i].name_len);
+      td.name = fd[i].name;
+      td.kind = (emc_table_kind)fd[i].kind;
+      td.dtype = (emc_dtype)fd[i].dtype;
+      td.dim = fd[i].dim;
+      td.rows = fd[i].rows;
+      if (fd[i].kind > 1 || fd[i].dtype > 1 || strlen(fd[i].name) != fd[i].name_len ||
+          emc__table_desc_check(&td, i) != EMC_OK) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: invalid descriptor", i);
+        goto fail;
+      }
+      rb = (uint64_t)fd[i].dim * (fd[i].dtype == EMC_DTYPE_F32 ? 4u : 2u);
+      if (fd[i].count > fd[i].rows || (fd[i].kind == EMC_TABLE_DENSE && fd[i].count != fd[i].rows)) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: count %llu vs rows %llu", i,
+                      (unsigned long long)fd[i].count, (unsigned long long)fd[i].rows);
+        goto fail;
+      }
+      want = (fd[i].kind == EMC_TABLE_HASHED ? fd[i].count * 8u : 0u) + fd[i].count * rb;
+      if (fd[i].data_bytes != want || want > file_bytes) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: data size %llu, expected %llu", i,
+                      (unsigned long long)fd[i].data_bytes, (unsigned long long)want);
+        goto fail;
+      }
+      sum += fd[i].data_bytes + 8u;
+      if (sum > file_bytes) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table sizes exceed the file size");
+        goto fail;
+      }
+    }
+    if (seen != desc_bytes) {
+      st = EMC_FAIL(EMC_ECORRUPT, "descriptor section is %llu bytes, header says %llu",
+                    (unsigned long long)seen, (unsigned long long)desc_bytes);
+      goto fail;
+    }
+    if ((st = rd_sum(&r, "descriptors")) != EMC_OK) goto fail;
+    if (sum + desc_bytes + 8u != file_bytes) {
+      st = EMC_FAIL(EMC_ECORRUPT, "sections add up to %llu bytes, file has %llu",
+                    (unsigned long long)(sum + desc_bytes + 8u), (unsigned long long)file_bytes);
+      goto fail;
+    }
+  }
+
+  /* tables */
+  if ((st = emc__store_shell(n_tables, &s)) != EMC_OK) goto fail;
+  for (i = 0; i < n_tables; i++) {
+    emc_table_desc td;
+    emc__table *t;
+    uint64_t k;
+    td.name = fd[i].name;
+    td.kind = (emc_table_kind)fd[i].kind;
+    td.dtype = (emc_dtype)fd[i].dtype;
+    td.dim = fd[i].dim;
+    td.rows = fd[i].rows;
+    if ((st = emc__table_init(s, i, &td)) != EMC_OK) goto fail;
+    t = &s->tables[i];
+    free(row);
+    row = malloc(t->stride);
+    if (!row) {
+      st = EMC_FAIL(EMC_ENOMEM, "row buffer");
+      goto fail;
+    }
+    if (t->kind == EMC_TABLE_HASHED) {
+      for (k = 0; k < fd[i].count; k++) {
+        uint64_t id;
+        if ((st = rd_bytes(&r, &id, 8, "hashed ids")) != EMC_OK) goto fail;
+        if (emc__store_find_or_add(t, id) != (int64_t)k) {
+          st = EMC_FAIL(EMC_ECORRUPT, "table %u: duplicate id %llu", i, (unsigned long long)id);
+          goto fail;
+        }
+      }
+    }
+    for (k = 0; k < fd[i].count; k++) {
+      if ((st = rd_bytes(&r, row, t->row_bytes, "rows")) != EMC_OK) goto fail;
+      emc__row_store(emc__store_row(t, k), row, t->row_bytes);
+    }
+    if ((st = rd_sum(&r, "rows")) != EMC_OK) goto fail;
+  }
+  if (r.left != 0) {
+    st = EMC_FAIL(EMC_ECORRUPT, "%llu trailing bytes", (unsigned long long)r.left);
+    goto fail;
+  }
+  fclose(r.f);
+  XXH64_freeState(r.h);
+  free(fd);
+  free(row);
+  *out = s;
+  return EMC_OK;
+
+fail:
+  if (r.f) fclose(r.f);
+  if (r.h) XXH64_freeState(r.h);
+  free(fd);
+  free(row);
+  emc__store_free(s);
+  return st;
+}
