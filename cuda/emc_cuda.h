@@ -14,4 +14,14 @@ int emc__cuda_device_count(char *err, size_t err_len);
 int emc__cuda_global_keys(const emc__table_code *codes, uint32_t n_tables, uint64_t hash_seed,
                           const uint64_t *ids, const uint64_t *offsets, uint64_t *keys, char *err,
                           size_t err_len);
+
+/* Probe a host-built index view on the device: pos[i] = emc__index_find(ix, keys[i]). */
+int emc__cuda_index_find(const emc__index_view *ix, uint64_t empty, const uint64_t *keys,
+                         uint64_t n, int64_t *pos, char *err, size_t err_len);
+
+/* Run emc__slot_read on the device for slots 0..n-1 of a host-built page (copied over):
+ * ok[i] and row i of out as the host function would give. */
+int emc__cuda_slot_read(const unsigned char *page, size_t page_bytes, const emc__page_layout *L,
+                        uint32_t table, const uint64_t *ids, uint32_t n, size_t row_bytes,
+                        unsigned char *out, int *ok, char *err, size_t err_len);
 #endif
