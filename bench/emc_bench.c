@@ -1,0 +1,827 @@
+/*
+ * emc-bench: throughput and hit ratio of an embcache cache on synthetic Zipf or uniform
+ * traces (Criteo-Kaggle-shaped tables by default), against a plain gather from the store and,
+ * optionally, against an exact byte-budget LRU at t2 * capacity and t1 * capacity.
+ *
+ * Outline, per run:
+ *   1. build the store (one table per preset table) and fill it with emc_uniform_row values;
+ *   2. per alpha of the sweep: generate the trace once (warm-up + measured batches);
+ *   3. per cache size of the sweep: create a cache, run the warm-up batches through
+ *      emc_lookup, time the measured batches through emc_lookup_ex (where[] gives hits per
+ *      position and per distinct key), check some batches' rows against emc_uniform_row,
+ *      time a plain emc_store_read gather of the same batches, optionally simulate exact
+ *      LRU, and print one JSON line.
+ * Progress goes to stderr, JSON lines to stdout (and to --out FILE, appended).
+ * Exit status: 0 ok; 1 wrong rows or --all-hit not all hits; 2 an emc_* call failed or out
+ * of memory; 64 bad command line.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "embcache.h"
+#include "trace.h"
+
+#define EXIT_WRONG 1
+#define EXIT_EMC 2
+#define EXIT_USAGE 64
+#define MAX_SWEEP 64
+#define N_CHECK_BATCHES 3
+
+/* ------------------------------------------------------------------ options */
+typedef struct bench_opts {
+  const char *preset;       /* "criteo-kaggle" or "uniform" */
+  double scale;             /* criteo-kaggle row scale */
+  uint32_t tables;          /* uniform preset: tables */
+  uint64_t rows;            /* uniform preset: rows per table */
+  uint32_t dim;             /* elements per row */
+  emc_dtype dtype;          /* element type */
+  emct_dist dist;           /* id distribution */
+  double alphas[MAX_SWEEP]; /* Zipf exponents to run */
+  size_t n_alphas;
+  double fracs[MAX_SWEEP];  /* cache capacities to run, fractions of the store at slot stride */
+  size_t n_fracs;
+  size_t batch;             /* samples per batch */
+  size_t batches;           /* measured batches */
+  size_t warmup;            /* warm-up batches */
+  double t1, t2;            /* eviction thresholds */
+  emc_backend backend;      /* requested backend */
+  uint32_t key_bits;        /* global key width */
+  uint64_t seed;            /* store fill and trace seed */
+  int all_hit;              /* size and warm the cache so every measured lookup hits */
+  int lru_check;            /* run the exact LRU simulator too */
+  const char *out;          /* also append JSON lines here; NULL for none */
+} bench_opts;
+
+static void usage(FILE *f) {
+  fprintf(f,
+      "usage: emc-bench [options]\n"
+      "  --preset criteo-kaggle|uniform  table shapes (default criteo-kaggle)\n"
+      "  --scale F            criteo-kaggle rows = max(1, round(card * F)) (default 0.1)\n"
+      "  --tables T --rows R  uniform preset: T tables of R rows (default 8 x 1000000)\n"
+      "  --dim D              elements per row (default 64)\n"
+      "  --dtype f32|f16      element type (default f32)\n"
+      "  --alpha A            Zipf exponent (default 1.05)\n"
+      "  --dist zipf|uniform  id distribution (default zipf)\n"
+      "  --batch B            samples per batch; one id per table per sample (default 4096)\n"
+      "  --batches N          measured batches (default 50)\n"
+      "  --warmup W           warm-up batches (default 20)\n"
+      "  --cache-frac F       capacity = F * bytes of all rows at the slot stride (default 0.10)\n"
+      "  --t1 X --t2 Y        eviction thresholds (default 0.95 / 0.80)\n"
+      "  --backend auto|host|cuda       (default auto)\n"
+      "  --key-bits 32|64     global key width (default 64)\n"
+      "  --seed S             store and trace seed (default 1)\n"
+      "  --all-hit            size the cache for every distinct row of the trace and warm it;\n"
+      "                       fail (exit 1) unless every measured lookup hits\n"
+      "  --sweep-alpha a,b,.. one configuration per alpha\n"
+      "  --sweep-cache f,g,.. one configuration per cache fraction\n"
+      "  --lru-check / --no-lru-check   exact LRU at t2*capacity and t1*capacity (default on)\n"
+      "  --out FILE           append the JSON lines to FILE too\n"
+      "  --help\n"
+      "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
+      "deltas over the measured batches, gauges (bytes_in_use, ...) are read after them.\n"
+      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error, 64 bad usage.\n");
+}
+
+static int parse_double(const char *s, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end = NULL;
+  if (*s == '-') return -1;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (errno != 0 || end == s || *end != '\0') return -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+/* "a,b,c" into out[0 .. *n); -1 on a bad number or more than MAX_SWEEP values. */
+static int parse_list(const char *s, double *out, size_t *n) {
+  char buf[1024];
+  if (strlen(s) >= sizeof buf) return -1;
+  memcpy(buf, s, strlen(s) + 1);
+  size_t k = 0;
+  for (char *p = buf;;) {
+    char *comma = strchr(p, ',');
+    if (comma) *comma = '\0';
+    if (k == MAX_SWEEP || parse_double(p, &out[k]) != 0) return -1;
+    k++;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  *n = k;
+  return 0;
+}
+
+enum {
+  OPT_PRESET = 256, OPT_SCALE, OPT_TABLES, OPT_ROWS, OPT_DIM, OPT_DTYPE, OPT_ALPHA, OPT_DIST,
+  OPT_BATCH, OPT_BATCHES, OPT_WARMUP, OPT_CACHE_FRAC, OPT_T1, OPT_T2, OPT_BACKEND, OPT_KEY_BITS,
+  OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP
+};
+
+/* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
+static int parse_args(int argc, char **argv, bench_opts *o) {
+  static const struct option longopts[] = {
+      {"preset", required_argument, NULL, OPT_PRESET},
+      {"scale", required_argument, NULL, OPT_SCALE},
+      {"tables", required_argument, NULL, OPT_TABLES},
+      {"rows", required_argument, NULL, OPT_ROWS},
+      {"dim", required_argument, NULL, OPT_DIM},
+      {"dtype", required_argument, NULL, OPT_DTYPE},
+      {"alpha", required_argument, NULL, OPT_ALPHA},
+      {"dist", required_argument, NULL, OPT_DIST},
+      {"batch", required_argument, NULL, OPT_BATCH},
+      {"batches", required_argument, NULL, OPT_BATCHES},
+      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"cache-frac", required_argument, NULL, OPT_CACHE_FRAC},
+      {"t1", required_argument, NULL, OPT_T1},
+      {"t2", required_argument, NULL, OPT_T2},
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"key-bits", required_argument, NULL, OPT_KEY_BITS},
+      {"seed", required_argument, NULL, OPT_SEED},
+      {"all-hit", no_argument, NULL, OPT_ALL_HIT},
+      {"sweep-alpha", required_argument, NULL, OPT_SWEEP_ALPHA},
+      {"sweep-cache", required_argument, NULL, OPT_SWEEP_CACHE},
+      {"lru-check", no_argument, NULL, OPT_LRU},
+      {"no-lru-check", no_argument, NULL, OPT_NO_LRU},
+      {"out", required_argument, NULL, OPT_OUT},
+      {"help", no_argument, NULL, OPT_HELP},
+      {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof *o);
+  o->preset = "criteo-kaggle";
+  o->scale = 0.1;
+  o->tables = 8;
+  o->rows = 1000000;
+  o->dim = 64;
+  o->dtype = EMC_DTYPE_F32;
+  o->dist = EMCT_DIST_ZIPF;
+  o->alphas[0] = 1.05;
+  o->n_alphas = 1;
+  o->fracs[0] = 0.10;
+  o->n_fracs = 1;
+  o->batch = 4096;
+  o->batches = 50;
+  o->warmup = 20;
+  o->t1 = 0.95;
+  o->t2 = 0.80;
+  o->backend = EMC_BACKEND_AUTO;
+  o->key_bits = 64;
+  o->seed = 1;
+  o->lru_check = 1;
+
+  int c;
+  uint64_t u = 0;
+  double d = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    const char *a = optarg;
+    switch (c) {
+      case OPT_PRESET:
+        if (strcmp(a, "criteo-kaggle") != 0 && strcmp(a, "uniform") != 0) goto bad;
+        o->preset = a;
+        break;
+      case OPT_SCALE:
+        if (parse_double(a, &d) != 0 || !(d > 0)) goto bad;
+        o->scale = d;
+        break;
+      case OPT_TABLES:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > EMC_MAX_TABLES) goto bad;
+        o->tables = (uint32_t)u;
+        break;
+      case OPT_ROWS:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > EMC_MAX_ROWS) goto bad;
+        o->rows = u;
+        break;
+      case OPT_DIM:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > EMC_MAX_DIM) goto bad;
+        o->dim = (uint32_t)u;
+        break;
+      case OPT_DTYPE:
+        if (strcmp(a, "f32") == 0) o->dtype = EMC_DTYPE_F32;
+        else if (strcmp(a, "f16") == 0) o->dtype = EMC_DTYPE_F16;
+        else goto bad;
+        break;
+      case OPT_ALPHA:
+        if (parse_double(a, &d) != 0 || !(d > 0)) goto bad;
+        o->alphas[0] = d;
+        o->n_alphas = 1;
+        break;
+      case OPT_DIST:
+        if (strcmp(a, "zipf") == 0) o->dist = EMCT_DIST_ZIPF;
+        else if (strcmp(a, "uniform") == 0) o->dist = EMCT_DIST_UNIFORM;
+        else goto bad;
+        break;
+      case OPT_BATCH:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > (1u << 24)) goto bad;
+        o->batch = (size_t)u;
+        break;
+      case OPT_BATCHES:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > 1000000) goto bad;
+        o->batches = (size_t)u;
+        break;
+      case OPT_WARMUP:
+        if (parse_u64(a, &u) != 0 || u > 1000000) goto bad;
+        o->warmup = (size_t)u;
+        break;
+      case OPT_CACHE_FRAC:
+        if (parse_double(a, &d) != 0 || !(d > 0)) goto bad;
+        o->fracs[0] = d;
+        o->n_fracs = 1;
+        break;
+      case OPT_T1:
+        if (parse_double(a, &o->t1) != 0) goto bad;
+        break;
+      case OPT_T2:
+        if (parse_double(a, &o->t2) != 0) goto bad;
+        break;
+      case OPT_BACKEND:
+        if (strcmp(a, "auto") == 0) o->backend = EMC_BACKEND_AUTO;
+        else if (strcmp(a, "host") == 0) o->backend = EMC_BACKEND_HOST;
+        else if (strcmp(a, "cuda") == 0) o->backend = EMC_BACKEND_CUDA;
+        else goto bad;
+        break;
+      case OPT_KEY_BITS:
+        if (parse_u64(a, &u) != 0 || (u != 32 && u != 64)) goto bad;
+        o->key_bits = (uint32_t)u;
+        break;
+      case OPT_SEED:
+        if (parse_u64(a, &u) != 0) goto bad;
+        o->seed = u;
+        break;
+      case OPT_ALL_HIT: o->all_hit = 1; break;
+      case OPT_SWEEP_ALPHA:
+        if (parse_list(a, o->alphas, &o->n_alphas) != 0) goto bad;
+        for (size_t i = 0; i < o->n_alphas; i++)
+          if (!(o->alphas[i] > 0)) goto bad;
+        break;
+      case OPT_SWEEP_CACHE:
+        if (parse_list(a, o->fracs, &o->n_fracs) != 0) goto bad;
+        for (size_t i = 0; i < o->n_fracs; i++)
+          if (!(o->fracs[i] > 0)) goto bad;
+        break;
+      case OPT_LRU: o->lru_check = 1; break;
+      case OPT_NO_LRU: o->lru_check = 0; break;
+      case OPT_OUT: o->out = a; break;
+      case OPT_HELP: usage(stdout); return 1;
+      default:
+        fprintf(stderr, "emc-bench: unknown option or missing argument: %s\n",
+                argv[optind - 1]);
+        return -1;
+    }
+    continue;
+  bad:
+    fprintf(stderr, "emc-bench: bad value '%s' for --%s\n", a,
+            longopts[c - OPT_PRESET].name);
+    return -1;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "emc-bench: unexpected argument '%s'\n", argv[optind]);
+    return -1;
+  }
+  if (!(0 < o->t2 && o->t2 < o->t1 && o->t1 <= 1)) {
+    fprintf(stderr, "emc-bench: need 0 < t2 < t1 <= 1 (got t1 %g, t2 %g)\n", o->t1, o->t2);
+    return -1;
+  }
+  if (o->all_hit && o->n_fracs > 1) {
+    fprintf(stderr, "emc-bench: --all-hit sizes the cache itself; drop --sweep-cache\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ helpers */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die_emc(const char *what, emc_status st) {
+  fprintf(stderr, "emc-bench: %s failed: %s: %s\n", what, emc_status_name(st),
+          emc_last_error_detail());
+  exit(EXIT_EMC);
+}
+
+#define EMC_CHECK(what, expr)                      \
+  do {                                             \
+    emc_status st_ = (expr);                       \
+    if (st_ != EMC_OK) die_emc((what), st_);       \
+  } while (0)
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (p == NULL) {
+    fprintf(stderr, "emc-bench: out of memory (%zu bytes)\n", n);
+    exit(EXIT_EMC);
+  }
+  return p;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (p == NULL) {
+    fprintf(stderr, "emc-bench: out of memory (%zu x %zu bytes)\n", n, size);
+    exit(EXIT_EMC);
+  }
+  return p;
+}
+
+/* The slot stride the library uses for a row of row_bytes (embcache's emc__row_stride:
+ * rounded up to 4 bytes, to 8, and to a multiple of 16 beyond 8). Duplicated here because
+ * the bench sees only the public header; it only sizes the cache budget. */
+static uint64_t slot_stride(uint64_t row_bytes) {
+  if (row_bytes <= 4) return 4;
+  if (row_bytes <= 8) return 8;
+  return (row_bytes + 15u) & ~(uint64_t)15u;
+}
+
+static const char *backend_name(emc_backend b) {
+  switch (b) {
+    case EMC_BACKEND_AUTO: return "auto";
+    case EMC_BACKEND_HOST: return "host";
+    case EMC_BACKEND_CUDA: return "cuda";
+  }
+  return "unknown";
+}
+
+/* A JSON line under construction. */
+typedef struct jline {
+  char buf[4096];
+  size_t len;
+  int first;
+} jline;
+
+static void jl_raw(jline *j, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (j->len < sizeof j->buf) {
+    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
+    if (n > 0) j->len += (size_t)n;
+  }
+  va_end(ap);
+}
+
+static void jl_key(jline *j, const char *key) {
+  jl_raw(j, "%s\"%s\":", j->first ? "" : ",", key);
+  j->first = 0;
+}
+
+static void jl_str(jline *j, const char *key, const char *v) {
+  jl_key(j, key);
+  jl_raw(j, "\"%s\"", v);
+}
+
+static void jl_u64(jline *j, const char *key, uint64_t v) {
+  jl_key(j, key);
+  jl_raw(j, "%" PRIu64, v);
+}
+
+static void jl_num(jline *j, const char *key, double v) {
+  jl_key(j, key);
+  if (isfinite(v)) jl_raw(j, "%.6g", v);
+  else jl_raw(j, "null");
+}
+
+static void jl_bool(jline *j, const char *key, int v) {
+  jl_key(j, key);
+  jl_raw(j, v ? "true" : "false");
+}
+
+/* ------------------------------------------------------------------ the run */
+typedef struct bench_ctx {
+  const bench_opts *o;
+  uint32_t n_tables;
+  uint64_t *rows;          /* n_tables */
+  uint64_t total_rows;
+  uint64_t row_bytes;      /* packed bytes per row (all tables share dim and dtype) */
+  uint64_t stride;         /* slot stride of a row */
+  uint64_t total_bytes;    /* total_rows * stride */
+  emc_store *store;
+  size_t batch_ids;        /* ids per batch: n_tables * batch */
+  size_t n_batches;        /* warm-up + measured */
+  uint64_t *trace;         /* n_batches * batch_ids ids */
+  uint64_t *offsets;       /* n_tables + 1, the same for every batch */
+  size_t out_bytes;        /* emc_batch_bytes of one batch */
+  unsigned char *out;      /* out_bytes */
+  unsigned char *expect;   /* one row */
+  uint8_t *where;          /* batch_ids */
+  size_t *first;           /* batch_ids: distinct-key positions */
+  emct_dedup dedup;
+  FILE *out_file;
+} bench_ctx;
+
+static const uint64_t *batch_ids(const bench_ctx *b, size_t i) {
+  return b->trace + i * b->batch_ids;
+}
+
+/* Compare every row of a looked-up batch with emc_uniform_row; returns mismatches. */
+static uint64_t check_rows(bench_ctx *b, const uint64_t *ids, const unsigned char *rows,
+                           const char *what) {
+  uint64_t bad = 0;
+  for (uint32_t t = 0; t < b->n_tables; t++) {
+    for (uint64_t p = b->offsets[t]; p < b->offsets[t + 1]; p++) {
+      EMC_CHECK("emc_uniform_row", emc_uniform_row(b->o->seed, t, ids[p], -1.0f, 1.0f,
+                                                   b->o->dim, b->o->dtype, b->expect));
+      if (memcmp(rows + p * b->row_bytes, b->expect, b->row_bytes) != 0) {
+        if (bad < 5)
+          fprintf(stderr, "emc-bench: %s: wrong row at position %" PRIu64 " (table %" PRIu32
+                  ", id %" PRIu64 ")\n", what, p, t, ids[p]);
+        bad++;
+      }
+    }
+  }
+  return bad;
+}
+
+/* Distinct rows per table over the whole trace (bitmaps), summed. */
+static uint64_t trace_distinct_rows(const bench_ctx *b) {
+  uint64_t total = 0;
+  for (uint32_t t = 0; t < b->n_tables; t++) {
+    uint64_t words = (b->rows[t] + 63) / 64, n = 0;
+    uint64_t *bits = xcalloc((size_t)words, sizeof *bits);
+    for (size_t i = 0; i < b->n_batches; i++) {
+      const uint64_t *ids = batch_ids(b, i);
+      for (uint64_t p = b->offsets[t]; p < b->offsets[t + 1]; p++) {
+        uint64_t id = ids[p], m = 1ull << (id & 63);
+        if (!(bits[id >> 6] & m)) {
+          bits[id >> 6] |= m;
+          n++;
+        }
+      }
+    }
+    free(bits);
+    total += n;
+  }
+  return total;
+}
+
+/* Exact LRU at capacity `cap`: warm-up batches (plus, with --all-hit, the measured batches
+ * once, mirroring the cache's warm pass) then the measured ones; distinct-key hit ratio of
+ * the measured batches. phased: admit a batch's misses after all its lookups, as the cache
+ * does (emct_lru_batch_phased), instead of key by key (emct_lru_batch). */
+static double lru_ratio(bench_ctx *b, uint64_t cap, int phased) {
+  const bench_opts *o = b->o;
+  uint64_t *rb = xmalloc(b->n_tables * sizeof *rb);
+  for (uint32_t t = 0; t < b->n_tables; t++) rb[t] = b->stride;
+  emct_lru l;
+  if (emct_lru_init(&l, rb, b->n_tables, cap, b->total_rows) != 0) {
+    fprintf(stderr, "emc-bench: LRU simulator: out of memory\n");
+    exit(EXIT_EMC);
+  }
+  free(rb);
+  int (*batch_fn)(emct_lru *, emct_dedup *, size_t *, const uint64_t *, const uint64_t *,
+                  uint64_t *, uint64_t *) = phased ? emct_lru_batch_phased : emct_lru_batch;
+  uint64_t hits = 0, distinct = 0;
+  int rc = 0;
+  for (size_t i = 0; i < o->warmup && rc == 0; i++)
+    rc = batch_fn(&l, &b->dedup, b->first, batch_ids(b, i), b->offsets, NULL, NULL);
+  if (o->all_hit)
+    for (size_t i = 0; i < o->batches && rc == 0; i++)
+      rc = batch_fn(&l, &b->dedup, b->first, batch_ids(b, o->warmup + i), b->offsets, NULL,
+                    NULL);
+  for (size_t i = 0; i < o->batches && rc == 0; i++)
+    rc = batch_fn(&l, &b->dedup, b->first, batch_ids(b, o->warmup + i), b->offsets, &hits,
+                  &distinct);
+  emct_lru_free(&l);
+  if (rc != 0) {
+    fprintf(stderr, "emc-bench: LRU simulator: out of memory\n");
+    exit(EXIT_EMC);
+  }
+  return distinct ? (double)hits / (double)distinct : NAN;
+}
+
+/* One configuration (alpha already in the trace, cache fraction frac). Returns the exit
+ * status contribution (0 or EXIT_WRONG). */
+static int run_config(bench_ctx *b, double alpha, double frac) {
+  const bench_opts *o = b->o;
+  int wrong = 0;
+
+  /* ---- capacity */
+  uint64_t distinct_rows = 0;
+  double cap_d = frac * (double)b->total_bytes;
+  if (o->all_hit) {
+    /* The budget counts resident rows at the slot stride, and an admission evicts once use
+     * would exceed t1 * capacity: every distinct row fits below t1 when capacity >=
+     * distinct * stride / t1. 1% and a row per table of slack absorb t1's rounding (the
+     * library takes it as a float). */
+    distinct_rows = trace_distinct_rows(b);
+    cap_d = (double)distinct_rows * (double)b->stride / (double)(float)o->t1 * 1.01 +
+            (double)b->n_tables * (double)b->stride;
+  }
+  if (cap_d > (double)SIZE_MAX / 2) cap_d = (double)SIZE_MAX / 2;
+  size_t capacity = (size_t)cap_d;
+  /* the library wants room for one row below t2 */
+  const size_t min_cap = (size_t)ceil((double)b->stride / (double)(float)o->t2) + 1;
+  if (capacity < min_cap) capacity = min_cap;
+
+  /* ---- cache */
+  emc_cache_config cfg;
+  emc_cache_config_init(&cfg);
+  cfg.backend = o->backend;
+  cfg.capacity_bytes = capacity;
+  cfg.evict_high = (float)o->t1;
+  cfg.evict_low = (float)o->t2;
+  cfg.key_bits = o->key_bits;
+  emc_cache *cache = NULL;
+  EMC_CHECK("emc_cache_create", emc_cache_create(b->store, &cfg, &cache));
+  emc_backend be = emc_cache_backend(cache);
+  fprintf(stderr, "emc-bench: alpha %g, cache %.4g of the store (%zu bytes), backend %s%s\n",
+          alpha, (double)capacity / (double)b->total_bytes, capacity, backend_name(be),
+          o->all_hit ? " (all-hit)" : "");
+
+  /* ---- warm-up (untimed): warm-up batches, and with --all-hit the measured ones once */
+  double tw = now_s();
+  for (size_t i = 0; i < o->warmup; i++)
+    EMC_CHECK("emc_lookup", emc_lookup(cache, batch_ids(b, i), b->offsets, b->out, NULL));
+  if (o->all_hit)
+    for (size_t i = 0; i < o->batches; i++)
+      EMC_CHECK("emc_lookup", emc_lookup(cache, batch_ids(b, o->warmup + i), b->offsets,
+                                         b->out, NULL));
+  tw = now_s() - tw;
+
+  /* ---- measured: emc_lookup_ex, timed per call */
+  emc_stats s0, s1;
+  EMC_CHECK("emc_get_stats", emc_get_stats(cache, &s0));
+  size_t check_at[N_CHECK_BATCHES] = {0, o->batches / 2, o->batches - 1};
+  uint64_t where_hits = 0, where_absent = 0, dist_hits = 0, dist_total = 0, checked = 0;
+  double t_cache = 0;
+  for (size_t i = 0; i < o->batches; i++) {
+    const uint64_t *ids = batch_ids(b, o->warmup + i);
+    double t0 = now_s();
+    emc_status st = emc_lookup_ex(cache, ids, b->offsets, b->out, b->where, NULL);
+    t_cache += now_s() - t0;
+    if (st != EMC_OK) die_emc("emc_lookup_ex", st);
+
+    for (size_t p = 0; p < b->batch_ids; p++) {
+      where_hits += b->where[p] == EMC_WHERE_CACHE;
+      where_absent += b->where[p] == EMC_WHERE_ABSENT;
+    }
+    size_t m = 0;
+    if (emct_dedup_batch(&b->dedup, ids, b->offsets, b->n_tables, b->first, &m) != 0) {
+      fprintf(stderr, "emc-bench: out of memory (dedup)\n");
+      exit(EXIT_EMC);
+    }
+    for (size_t k = 0; k < m; k++) dist_hits += b->where[b->first[k]] == EMC_WHERE_CACHE;
+    dist_total += m;
+
+    for (int c = 0; c < N_CHECK_BATCHES; c++) {
+      if (check_at[c] != i || (c > 0 && check_at[c - 1] == i)) continue;
+      uint64_t bad = check_rows(b, ids, b->out, "cache lookup");
+      checked += b->batch_ids;
+      if (bad) {
+        fprintf(stderr, "emc-bench: measured batch %zu: %" PRIu64 " wrong rows\n", i, bad);
+        wrong = 1;
+      }
+    }
+  }
+  EMC_CHECK("emc_get_stats", emc_get_stats(cache, &s1));
+
+  const uint64_t lookups = s1.lookups - s0.lookups, hits = s1.hits - s0.hits;
+  const uint64_t positions = (uint64_t)o->batches * b->batch_ids;
+  if (lookups != positions || hits != where_hits || where_absent != 0)
+    fprintf(stderr, "emc-bench: warning: stats disagree with where[]: lookups %" PRIu64
+            " (positions %" PRIu64 "), hits %" PRIu64 " (where %" PRIu64 "), absent %" PRIu64
+            "\n", lookups, positions, hits, where_hits, where_absent);
+  if (o->all_hit && (hits != lookups || where_hits != positions)) {
+    fprintf(stderr, "emc-bench: --all-hit: %" PRIu64 " of %" PRIu64 " lookups hit (where: %"
+            PRIu64 "); admit_skipped %" PRIu64 ", evictions %" PRIu64 "\n", hits, lookups,
+            where_hits, s1.admit_skipped, s1.evictions);
+    wrong = 1;
+  }
+
+  /* ---- plain gather of the same batches from the store */
+  double t_gather = 0;
+  for (size_t i = 0; i < o->batches; i++) {
+    const uint64_t *ids = batch_ids(b, o->warmup + i);
+    double t0 = now_s();
+    for (uint32_t t = 0; t < b->n_tables; t++) {
+      uint64_t lo = b->offsets[t], n = b->offsets[t + 1] - lo;
+      emc_status st = emc_store_read(b->store, t, ids + lo, (size_t)n,
+                                     b->out + lo * b->row_bytes);
+      if (st != EMC_OK) die_emc("emc_store_read", st);
+    }
+    t_gather += now_s() - t0;
+    if (i == 0 && check_rows(b, ids, b->out, "store gather") != 0) wrong = 1;
+  }
+
+  /* ---- exact LRU */
+  double lru_t2 = NAN, lru_t1 = NAN, plru_t2 = NAN, plru_t1 = NAN;
+  if (o->lru_check) {
+    const uint64_t c2 = (uint64_t)((double)capacity * o->t2);
+    const uint64_t c1 = (uint64_t)((double)capacity * o->t1);
+    lru_t2 = lru_ratio(b, c2, 0);
+    lru_t1 = lru_ratio(b, c1, 0);
+    plru_t2 = lru_ratio(b, c2, 1);
+    plru_t1 = lru_ratio(b, c1, 1);
+  }
+
+  emc_stats gauges = s1;
+  EMC_CHECK("emc_cache_destroy", emc_cache_destroy(cache));
+
+  /* ---- report */
+  const double hit_ratio = lookups ? (double)hits / (double)lookups : NAN;
+  const double hit_distinct = dist_total ? (double)dist_hits / (double)dist_total : NAN;
+  const double lps = (double)positions / t_cache, glps = (double)positions / t_gather;
+  /* The cache should sit between exact LRU at t2 and at t1 only when a batch's distinct rows
+   * fit in t2 * capacity: otherwise exact LRU thrashes (each batch evicts the previous one
+   * before its reuse) while the cache's pass-based eviction keeps part of it. Near that
+   * point key-by-key LRU also loses hits the cache keeps (the cache resolves the whole batch
+   * before admitting), which the phased simulation models. */
+  const int in_range = hit_distinct >= lru_t2 && hit_distinct <= lru_t1;
+  const int range_applies = (double)dist_total / (double)o->batches * (double)b->stride <=
+                            o->t2 * (double)capacity;
+  jline j = {.len = 0, .first = 1};
+  jl_raw(&j, "{");
+  jl_str(&j, "bench", "emc-bench");
+  jl_str(&j, "version", emc_version_string());
+  jl_str(&j, "preset", o->preset);
+  jl_num(&j, "scale", strcmp(o->preset, "criteo-kaggle") == 0 ? o->scale : NAN);
+  jl_u64(&j, "tables", b->n_tables);
+  jl_u64(&j, "total_rows", b->total_rows);
+  jl_u64(&j, "dim", o->dim);
+  jl_str(&j, "dtype", o->dtype == EMC_DTYPE_F16 ? "f16" : "f32");
+  jl_str(&j, "dist", o->dist == EMCT_DIST_ZIPF ? "zipf" : "uniform");
+  jl_num(&j, "alpha", o->dist == EMCT_DIST_ZIPF ? alpha : NAN);
+  jl_u64(&j, "batch", o->batch);
+  jl_u64(&j, "batches", o->batches);
+  jl_u64(&j, "warmup", o->warmup);
+  jl_num(&j, "cache_frac", (double)capacity / (double)b->total_bytes);
+  jl_u64(&j, "capacity_bytes", capacity);
+  jl_num(&j, "t1", o->t1);
+  jl_num(&j, "t2", o->t2);
+  jl_str(&j, "backend", backend_name(be));
+  jl_u64(&j, "key_bits", o->key_bits);
+  jl_u64(&j, "seed", o->seed);
+  jl_bool(&j, "all_hit", o->all_hit);
+  if (o->all_hit) jl_u64(&j, "trace_distinct_rows", distinct_rows);
+  jl_u64(&j, "lookups", lookups);
+  jl_u64(&j, "hits", hits);
+  jl_num(&j, "hit_ratio", hit_ratio);
+  jl_num(&j, "hit_ratio_distinct", hit_distinct);
+  jl_u64(&j, "distinct_lookups", dist_total);
+  jl_num(&j, "batch_distinct_mean", (double)dist_total / (double)o->batches);
+  if (o->lru_check) {
+    jl_num(&j, "lru_hit_ratio_t2", lru_t2);
+    jl_num(&j, "lru_hit_ratio_t1", lru_t1);
+    jl_bool(&j, "lru_in_range", in_range);
+    jl_bool(&j, "lru_range_applies", range_applies);
+    jl_num(&j, "lru_phased_hit_ratio_t2", plru_t2);
+    jl_num(&j, "lru_phased_hit_ratio_t1", plru_t1);
+    jl_bool(&j, "lru_phased_in_range", hit_distinct >= plru_t2 && hit_distinct <= plru_t1);
+  }
+  jl_num(&j, "seconds", t_cache);
+  jl_num(&j, "warmup_seconds", tw);
+  jl_num(&j, "lookups_per_s", lps);
+  jl_num(&j, "rows_per_s", lps); /* one row out per lookup */
+  jl_num(&j, "samples_per_s", (double)o->batches * (double)o->batch / t_cache);
+  jl_num(&j, "gb_per_s", lps * (double)b->row_bytes / 1e9);
+  jl_u64(&j, "bytes_in_use", gauges.bytes_in_use);
+  jl_u64(&j, "bytes_reserved", gauges.bytes_reserved);
+  jl_u64(&j, "index_bytes", gauges.index_bytes);
+  jl_u64(&j, "rows_cached", gauges.rows_cached);
+  jl_u64(&j, "evictions", s1.evictions - s0.evictions);
+  jl_u64(&j, "evict_passes", s1.evict_passes - s0.evict_passes);
+  jl_u64(&j, "admissions", s1.admissions - s0.admissions);
+  jl_u64(&j, "admit_skipped", s1.admit_skipped - s0.admit_skipped);
+  jl_u64(&j, "retries", s1.retries - s0.retries);
+  jl_num(&j, "gather_seconds", t_gather);
+  jl_num(&j, "gather_lookups_per_s", glps);
+  jl_num(&j, "ratio_vs_gather", lps / glps);
+  jl_u64(&j, "rows_checked", checked);
+  jl_bool(&j, "rows_ok", !wrong);
+  jl_raw(&j, "}\n");
+  fputs(j.buf, stdout);
+  fflush(stdout);
+  if (b->out_file) {
+    fputs(j.buf, b->out_file);
+    fflush(b->out_file);
+  }
+
+  fprintf(stderr, "emc-bench:   hit %.4f (distinct %.4f", hit_ratio, hit_distinct);
+  if (o->lru_check)
+    fprintf(stderr, "; exact LRU %.4f .. %.4f%s; phased %.4f .. %.4f", lru_t2, lru_t1,
+            in_range ? "" : range_applies ? ", OUTSIDE" : ", outside; batch > t2*capacity",
+            plru_t2, plru_t1);
+  fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f\n", lps,
+          lps * (double)b->row_bytes / 1e9, glps, lps / glps);
+  return wrong ? EXIT_WRONG : 0;
+}
+
+int main(int argc, char **argv) {
+  bench_opts o;
+  int pr = parse_args(argc, argv, &o);
+  if (pr != 0) {
+    if (pr < 0) usage(stderr);
+    return pr > 0 ? 0 : EXIT_USAGE;
+  }
+
+  bench_ctx b;
+  memset(&b, 0, sizeof b);
+  b.o = &o;
+  b.rows = xmalloc(EMC_MAX_TABLES * sizeof *b.rows);
+  b.n_tables = emct_preset_rows(o.preset, o.scale, o.tables, o.rows, b.rows, EMC_MAX_TABLES);
+  if (b.n_tables == 0) {
+    fprintf(stderr, "emc-bench: bad preset arguments\n");
+    return EXIT_USAGE;
+  }
+  for (uint32_t t = 0; t < b.n_tables; t++) b.total_rows += b.rows[t];
+  b.row_bytes = (uint64_t)o.dim * emc_dtype_size(o.dtype);
+  b.stride = slot_stride(b.row_bytes);
+  b.total_bytes = b.total_rows * b.stride;
+  if (o.out) {
+    b.out_file = fopen(o.out, "a");
+    if (!b.out_file) {
+      fprintf(stderr, "emc-bench: cannot open %s: %s\n", o.out, strerror(errno));
+      return EXIT_USAGE;
+    }
+  }
+
+  /* ---- store */
+  fprintf(stderr, "emc-bench: building store: %s, %" PRIu32 " tables, %" PRIu64
+          " rows, dim %" PRIu32 " %s (%.1f MB)...\n", o.preset, b.n_tables, b.total_rows,
+          o.dim, o.dtype == EMC_DTYPE_F16 ? "f16" : "f32", (double)b.total_bytes / 1e6);
+  double t0 = now_s();
+  emc_table_desc *desc = xcalloc(b.n_tables, sizeof *desc);
+  for (uint32_t t = 0; t < b.n_tables; t++) {
+    desc[t].name = NULL;
+    desc[t].kind = EMC_TABLE_DENSE;
+    desc[t].rows = b.rows[t];
+    desc[t].dim = o.dim;
+    desc[t].dtype = o.dtype;
+  }
+  EMC_CHECK("emc_store_create", emc_store_create(desc, b.n_tables, &b.store));
+  free(desc);
+  for (uint32_t t = 0; t < b.n_tables; t++)
+    EMC_CHECK("emc_store_fill_uniform",
+              emc_store_fill_uniform(b.store, t, -1.0f, 1.0f, o.seed));
+  fprintf(stderr, "emc-bench: store ready in %.2f s\n", now_s() - t0);
+
+  /* ---- buffers */
+  b.batch_ids = (size_t)b.n_tables * o.batch;
+  b.n_batches = o.warmup + o.batches;
+  b.trace = xmalloc(b.n_batches * b.batch_ids * sizeof *b.trace);
+  b.offsets = xmalloc((b.n_tables + 1) * sizeof *b.offsets);
+  for (uint32_t t = 0; t <= b.n_tables; t++) b.offsets[t] = (uint64_t)t * o.batch;
+  EMC_CHECK("emc_batch_bytes", emc_batch_bytes(b.store, b.offsets, &b.out_bytes));
+  if (b.out_bytes != b.batch_ids * b.row_bytes) {
+    fprintf(stderr, "emc-bench: emc_batch_bytes gave %zu, expected %zu\n", b.out_bytes,
+            (size_t)(b.batch_ids * b.row_bytes));
+    return EXIT_WRONG;
+  }
+  b.out = xmalloc(b.out_bytes);
+  b.expect = xmalloc(b.row_bytes);
+  b.where = xmalloc(b.batch_ids);
+  b.first = xmalloc(b.batch_ids * sizeof *b.first);
+  emct_dedup_init(&b.dedup);
+
+  int rc = 0;
+  for (size_t a = 0; a < o.n_alphas; a++) {
+    /* ---- trace: generated once per alpha, reused for every cache size */
+    t0 = now_s();
+    emct_gen g;
+    if (emct_gen_init(&g, b.rows, b.n_tables, o.dist, o.alphas[a], o.seed ^ 0x7ace7ace7aceull) !=
+        0) {
+      fprintf(stderr, "emc-bench: trace generator setup failed\n");
+      return EXIT_EMC;
+    }
+    uint64_t *off = xmalloc((b.n_tables + 1) * sizeof *off);
+    for (size_t i = 0; i < b.n_batches; i++)
+      emct_gen_batch(&g, o.batch, b.trace + i * b.batch_ids, off);
+    free(off);
+    emct_gen_free(&g);
+    fprintf(stderr, "emc-bench: trace of %zu batches x %zu ids (alpha %g) in %.2f s\n",
+            b.n_batches, b.batch_ids, o.alphas[a], now_s() - t0);
+
+    for (size_t f = 0; f < o.n_fracs; f++) {
+      int r = run_config(&b, o.alphas[a], o.fracs[f]);
+      if (r > rc) rc = r;
+    }
+  }
+
+  emct_dedup_free(&b.dedup);
+  free(b.first);
+  free(b.where);
+  free(b.expect);
+  free(b.out);
+  free(b.offsets);
+  free(b.trace);
+  free(b.rows);
+  emc_store_destroy(b.store);
+  if (b.out_file) fclose(b.out_file);
+  return rc;
+}
