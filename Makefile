@@ -39,7 +39,7 @@ CTEST          ?= ctest
 PYTHON         ?= python3
 CMAKE_ARGS     ?=
 TSAN_CTEST_ARGS ?=
-TSAN_CC        ?=
+TSAN_CC        ?= clang
 BENCH_ARGS     ?=
 SKIP_DEPS      ?= 0
 CTEST_TIMEOUT  ?= 900
@@ -93,8 +93,8 @@ build-asan: deps
 	set -x
 	$(call configure_build,$(ASAN_DIR),$(SAN_BUILD_TYPE),-DEMC_SANITIZE=address$(,)undefined)
 
-# TSAN_CC=clang builds build-tsan/ with clang (gcc 12 rejects atomic_thread_fence under
-# -fsanitize=thread with -Werror=tsan). Switching compilers needs `rm -rf build-tsan`.
+# build-tsan/ is built with clang (TSAN_CC): gcc's TSan ignores atomic_thread_fence, which
+# the seqlock protocol relies on. Switching compilers needs `rm -rf build-tsan`.
 build-tsan: deps
 	@$(call header,build: $(TSAN_DIR)/ (thread))
 	set -x
