@@ -60,6 +60,8 @@ struct emc__host_cache {
   emc__page_layout *layout;   /* per table */
   uint32_t *partial_head;     /* per table: pages with free slots, linked by prev/next */
   uint64_t *rows_cached;      /* per table (atomic) */
+  uint64_t *stamps;           /* n_pages * max_slots LRU stamps (see emc_item.h; atomic) */
+  uint32_t max_slots;         /* slots per page of the densest layout */
   /* index */
   emc__index_view ix[2];
   size_t ix_bytes;            /* bytes of one copy */
@@ -91,6 +93,13 @@ static inline unsigned char *page_at(const emc__host_cache *h, uint64_t p) {
 }
 static inline emc__page_hdr *hdr_at(const emc__host_cache *h, uint64_t p) {
   return (emc__page_hdr *)page_at(h, p);
+}
+static inline size_t stamps_bytes(const emc__host_cache *h) {
+  return (size_t)h->n_pages * h->max_slots * sizeof(uint64_t);
+}
+/* LRU stamp of slot s of page p: outside the page, so any stale write hits a stamp. */
+static inline uint64_t *slot_stamp(const emc__host_cache *h, uint64_t p, uint32_t s) {
+  return h->stamps + p * h->max_slots + s;
 }
 
 /* ================================================================= create/destroy */
@@ -147,9 +156,12 @@ emc_status emc__host_create(emc_cache *c) {
   h->n_pages = (uint32_t)p;
   h->arena_bytes = (size_t)(p * h->page_bytes);
   h->arena = emc__alloc(h->arena_bytes, 64, 0);
-  if (!h->arena) {
+  h->max_slots = max_slots;
+  h->stamps = emc__alloc(stamps_bytes(h), 64, 1);
+  if (!h->arena || !h->stamps) {
     emc__host_destroy(c);
-    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the %zu-byte pool arena", h->arena_bytes);
+    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the %zu-byte pool arena and its %zu bytes of stamps",
+                     h->arena_bytes, stamps_bytes(h));
   }
   h->free_page_head = EMC__PAGE_NONE;
   for (p = h->n_pages; p-- > 0;) {
@@ -193,6 +205,7 @@ void emc__host_destroy(emc_cache *c) {
     emc__free(h->ix[t].locs, h->ix_slots * sizeof(uint64_t));
   }
   emc__free(h->arena, h->arena_bytes);
+  emc__free(h->stamps, stamps_bytes(h));
   if (h->layout) pthread_mutex_destroy(&h->lock);
   free(h->layout);
   free(h->partial_head);
@@ -241,8 +254,9 @@ static int pool_alloc(emc__host_cache *h, uint32_t t, uint32_t *page, uint32_t *
       EMC_ST_RELAXED(emc__slot_seq(pg, L, i), 0u);
       EMC_ST_RELAXED(emc__slot_flags(pg, L, i), (uint8_t)0);
       EMC_ST_RELAXED(emc__slot_owner(pg, L, i), 0ull);
-      EMC_ST_RELAXED(emc__slot_stamp(pg, L, i), 0ull);
-      *emc__slot_next(pg, L, i) = i + 1 < L->n_slots ? i + 1 : EMC__PAGE_NONE;
+      EMC_ST_RELAXED(slot_stamp(h, p, i), 0ull);
+      /* atomic stores: a stale reader may still probe this memory under the old layout */
+      EMC_ST_RELAXED(emc__slot_next(pg, L, i), i + 1 < L->n_slots ? i + 1 : EMC__PAGE_NONE);
     }
     /* New generation: a reader holding a location from the page's previous life fails. */
     EMC_ST_RELEASE(&ph->tag, (((ph->tag >> 32) + 1u) << 32) | t);
@@ -262,7 +276,7 @@ static int pool_alloc(emc__host_cache *h, uint32_t t, uint32_t *page, uint32_t *
 static void pool_free(emc__host_cache *h, uint32_t t, uint32_t p, uint32_t s) {
   const emc__page_layout *L = &h->layout[t];
   emc__page_hdr *ph = hdr_at(h, p);
-  *emc__slot_next(page_at(h, p), L, s) = ph->free_head;
+  EMC_ST_RELAXED(emc__slot_next(page_at(h, p), L, s), ph->free_head);
   ph->free_head = s;
   ph->live--;
   if (!ph->in_partial) partial_push(h, t, p);
@@ -425,8 +439,8 @@ static uint8_t copy_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, res
         unsigned char *pg = page_at(h, p);
         const emc__page_layout *L = &h->layout[t];
         if (emc__slot_read(pg, L, s, t, id, dst, tb->row_bytes)) {
-          uint64_t *st = emc__slot_stamp(pg, L, s);
-          if (EMC_LD_RELAXED(st) != now) EMC_ST_RELAXED(st, now);
+          uint64_t *st = slot_stamp(h, p, s);
+          if (EMC_LD_RELAXED(st) < now) EMC_ST_RELAXED(st, now); /* never backwards */
           return R_HIT;
         }
       }
@@ -472,7 +486,7 @@ static void evict_slot(emc_cache *c, uint32_t t, uint32_t p, uint32_t s) {
     int64_t row;
     if (tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows &&
         (row = emc__store_find(tb, id)) >= 0) {
-      uint64_t stamp = EMC_LD_RELAXED(emc__slot_stamp(pg, L, s));
+      uint64_t stamp = EMC_LD_RELAXED(slot_stamp(h, p, s));
       EMC_ST_RELEASE(&ix_cur(h)->locs[pos], EMC__LOC_HOST | host_stamp(stamp) | (uint64_t)row);
       h->host_entries++;
     } else {
@@ -489,7 +503,7 @@ static void evict_slot(emc_cache *c, uint32_t t, uint32_t p, uint32_t s) {
   CNT_ADD(h->n_evictions, 1);
 }
 
-/* Drop unified-index entries older than `cutoff` (coarse stamps, wrap-aware). */
+/* Drop unified-index entries stamped before `cutoff` (coarse stamps, wrap-aware). */
 static void drop_old_host_entries(emc_cache *c, uint64_t now, uint64_t cutoff) {
   emc__host_cache *h = c->host;
   emc__index_view *ix = ix_cur(h);
@@ -500,7 +514,7 @@ static void drop_old_host_entries(emc_cache *c, uint64_t now, uint64_t cutoff) {
     if (k == empty || k == tomb) continue;
     loc = EMC_LD_RELAXED(&ix->locs[i]);
     if (!(loc & EMC__LOC_HOST)) continue;
-    if (((now - (loc >> EMC__LOC_HOST_STAMP_SHIFT)) & EMC__LOC_HOST_STAMP_MASK) >= max_age) {
+    if (((now - (loc >> EMC__LOC_HOST_STAMP_SHIFT)) & EMC__LOC_HOST_STAMP_MASK) > max_age) {
       ix_remove_at(c, (int64_t)i);
       h->host_entries--;
     }
@@ -512,7 +526,7 @@ static void evict_pass(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
   uint64_t need = in_use > h->low_bytes ? in_use - h->low_bytes : 0;
-  uint64_t min_stamp = now, span, width, acc = 0, freed = 0, cutoff_stamp;
+  uint64_t min_stamp = now, span, width, acc = 0, freed = 0;
   uint32_t p, cut = 0, b;
   if (need == 0) return;
   CNT_ADD(h->n_passes, 1);
@@ -527,7 +541,7 @@ static void evict_pass(emc_cache *c, uint64_t now) {
     for (s = 0; s < L->n_slots; s++) {
       uint64_t st;
       if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(emc__slot_stamp(pg, L, s));
+      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
       if (st < min_stamp) min_stamp = st;
     }
   }
@@ -545,8 +559,11 @@ static void evict_pass(emc_cache *c, uint64_t now) {
     for (s = 0; s < L->n_slots; s++) {
       uint64_t st;
       if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(emc__slot_stamp(pg, L, s));
-      if (st > now) st = now; /* a racing reader stamped it with a later call */
+      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
+      /* a racing reader may restamp a slot between scans: clamp into [min_stamp, now] */
+      if (st > now) st = now;
+      if (st < min_stamp) st = min_stamp;
+      if (st < min_stamp) st = min_stamp;
       h->hist[(st - min_stamp) / width] += L->stride;
     }
   }
@@ -566,8 +583,9 @@ static void evict_pass(emc_cache *c, uint64_t now) {
     for (s = 0; s < L->n_slots; s++) {
       uint64_t st;
       if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(emc__slot_stamp(pg, L, s));
+      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
       if (st > now) st = now;
+      if (st < min_stamp) st = min_stamp;
       if ((st - min_stamp) / width < cut) {
         freed += L->stride;
         evict_slot(c, t, p, s);
@@ -586,8 +604,9 @@ static void evict_pass(emc_cache *c, uint64_t now) {
     for (s = 0; s < L->n_slots && freed < need; s++) {
       uint64_t st;
       if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(emc__slot_stamp(pg, L, s));
+      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
       if (st > now) st = now;
+      if (st < min_stamp) st = min_stamp;
       if ((st - min_stamp) / width <= cut) {
         freed += L->stride;
         evict_slot(c, t, p, s);
@@ -595,8 +614,26 @@ static void evict_pass(emc_cache *c, uint64_t now) {
       }
     }
   }
-  cutoff_stamp = min_stamp + (uint64_t)cut * width;
-  if (h->host_entries > 0) drop_old_host_entries(c, now, cutoff_stamp);
+  /* readers that touched slots since the histogram moved them above the cut; whatever is
+   * still missing goes in arena order, so every pass ends at or below t2 */
+  for (p = 0; p < h->n_pages && freed < need; p++) {
+    emc__page_hdr *ph = hdr_at(h, p);
+    uint32_t t = (uint32_t)ph->tag, s;
+    const emc__page_layout *L;
+    unsigned char *pg = (unsigned char *)ph;
+    if (t == EMC__PAGE_NONE) continue;
+    L = &h->layout[t];
+    for (s = 0; s < L->n_slots && freed < need; s++) {
+      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
+      freed += L->stride;
+      evict_slot(c, t, p, s);
+      if ((uint32_t)ph->tag != t) break; /* the page went back to the arena */
+    }
+  }
+  /* Unified entries of earlier passes' victims (all older than anything still cached) go
+   * once the unified index is three-quarters full; this pass's victims stay. */
+  if (h->host_entries > 0 && h->host_entries >= c->cfg.unified_index_rows - c->cfg.unified_index_rows / 4)
+    drop_old_host_entries(c, now, min_stamp);
   in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
   if (in_use > h->low_bytes) h->passes_above_low++;
   if (in_use > h->max_after_pass) h->max_after_pass = in_use;
@@ -623,7 +660,7 @@ static int admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_
   emc__slot_write_begin(pg, L, s);
   emc__row_store(emc__slot_row(pg, L, s), row, c->store->tables[t].row_bytes);
   EMC_ST_RELAXED(emc__slot_owner(pg, L, s), id);
-  EMC_ST_RELAXED(emc__slot_stamp(pg, L, s), now);
+  EMC_ST_RELAXED(slot_stamp(h, p, s), now);
   EMC_ST_RELAXED(emc__slot_flags(pg, L, s), (uint8_t)(EMC__SLOT_LIVE | (dirty ? EMC__SLOT_DIRTY : 0)));
   emc__slot_write_end(pg, L, s);
   __atomic_fetch_add(&h->bytes_in_use, L->stride, __ATOMIC_RELAXED);
@@ -791,8 +828,9 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
       uint64_t id = ids[i], key = emc__global_key(&c->codec.tables[t], id, c->codec.hash_seed);
       int64_t pos, srow;
       uint64_t eid = 0, loc = 0;
-      /* hashed ids get their store row now, so a later write-back always has a place */
-      srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(tb, id);
+      /* hashed ids get their store row now (holding this value, so readers that find the new
+       * id in the store never see a placeholder), and a later write-back has a place */
+      srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, src);
       inserted++;
       pos = ix_find_entry(c, key);
       if (pos >= 0) {
@@ -806,7 +844,7 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
         emc__slot_write_begin(pg, L, sl);
         emc__row_store(emc__slot_row(pg, L, sl), src, tb->row_bytes);
         EMC_ST_RELAXED(emc__slot_flags(pg, L, sl), (uint8_t)(fl | EMC__SLOT_DIRTY));
-        EMC_ST_RELAXED(emc__slot_stamp(pg, L, sl), now);
+        EMC_ST_RELAXED(slot_stamp(h, p, sl), now);
         emc__slot_write_end(pg, L, sl);
         if (!(fl & EMC__SLOT_DIRTY)) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
         continue;
@@ -880,7 +918,7 @@ void emc__host_stats(const emc_cache *c, emc_stats *o) {
   o->bytes_in_use = LD(h->bytes_in_use);
   o->bytes_reserved = LD(h->pages_held) * h->page_bytes;
   o->capacity_bytes = c->cfg.capacity_bytes;
-  o->index_bytes = 2 * h->ix_bytes;
+  o->index_bytes = 2 * h->ix_bytes + stamps_bytes(h);
   o->dirty_rows = LD(h->dirty_rows);
 }
 

@@ -259,14 +259,17 @@ EMC_HD int64_t emc__index_find(const emc__index_view *ix, uint64_t key, uint64_t
  * into slots of that table's stride; the layout of a page of table t is fixed by t:
  *   [0, 64)           page header (emc__page_hdr)
  *   seq[n]  uint32    slot version: odd while a writer changes the slot, +2 per change
- *   stamp[n] uint64   LRU clock of the last admission/access
  *   owner[n] uint64   id held by the slot
  *   next[n] uint32    free-list link (writer-only)
  *   flags[n] uint8    EMC__SLOT_LIVE | EMC__SLOT_DIRTY
  *   rows              n * stride bytes, 64-byte aligned
  * A reader trusts a slot's row only if: the page tag (generation << 32 | table) is the same
  * before and after, the slot version is even and the same before and after, the slot is
- * live and owner == id. */
+ * live and owner == id.
+ * LRU stamps are NOT in the page: readers write them after a read, by which time the page
+ * may hold another table's layout, and a stale write must never land on a free-list link or
+ * a row. They live in one flat array of n_pages * max_slots stamps (slot s of page p at
+ * p * max_slots + s), so a stale write can only touch a stamp. */
 #define EMC__SLOT_LIVE 1u
 #define EMC__SLOT_DIRTY 2u
 #define EMC__PAGE_NONE 0xffffffffu
@@ -284,21 +287,21 @@ typedef struct emc__page_hdr {
 
 typedef struct emc__page_layout {
   uint32_t n_slots;   /* slots per page */
-  uint32_t off_seq, off_stamp, off_owner, off_next, off_flags, off_rows;
+  uint32_t off_seq, off_owner, off_next, off_flags, off_rows;
   uint32_t stride;    /* bytes per slot row */
 } emc__page_layout;
 
 /* Layout of a page of page_bytes for rows of `stride` bytes; n_slots 0 if none fits. */
 EMC_HD emc__page_layout emc__layout_for(uint64_t page_bytes, uint64_t stride) {
   emc__page_layout L;
-  uint64_t n = (page_bytes - 64 - 64) / (stride + 4 + 8 + 8 + 4 + 1);
+  uint64_t n = (page_bytes - 64 - 64) / (stride + 4 + 8 + 4 + 1);
   for (;; n--) {
-    uint64_t o_seq = 64, o_stamp = (o_seq + 4 * n + 7) & ~7ull, o_owner = o_stamp + 8 * n,
+    uint64_t o_seq = 64, o_owner = (o_seq + 4 * n + 7) & ~7ull,
              o_next = o_owner + 8 * n, o_flags = o_next + 4 * n,
              o_rows = (o_flags + n + 63) & ~63ull;
     if (o_rows + n * stride <= page_bytes || n == 0) {
       L.n_slots = (uint32_t)n;
-      L.off_seq = (uint32_t)o_seq; L.off_stamp = (uint32_t)o_stamp;
+      L.off_seq = (uint32_t)o_seq;
       L.off_owner = (uint32_t)o_owner; L.off_next = (uint32_t)o_next;
       L.off_flags = (uint32_t)o_flags; L.off_rows = (uint32_t)o_rows;
       L.stride = (uint32_t)stride;
@@ -310,9 +313,6 @@ EMC_HD emc__page_layout emc__layout_for(uint64_t page_bytes, uint64_t stride) {
 #define EMC__PAGE_FIELD(page, L, off, type, slot) ((type *)((unsigned char *)(page) + (L)->off) + (slot))
 EMC_HD uint32_t *emc__slot_seq(void *page, const emc__page_layout *L, uint32_t s) {
   return EMC__PAGE_FIELD(page, L, off_seq, uint32_t, s);
-}
-EMC_HD uint64_t *emc__slot_stamp(void *page, const emc__page_layout *L, uint32_t s) {
-  return EMC__PAGE_FIELD(page, L, off_stamp, uint64_t, s);
 }
 EMC_HD uint64_t *emc__slot_owner(void *page, const emc__page_layout *L, uint32_t s) {
   return EMC__PAGE_FIELD(page, L, off_owner, uint64_t, s);
