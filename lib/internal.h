@@ -78,9 +78,12 @@ static inline unsigned char *emc__store_row(const emc__table *t, uint64_t row) {
 
 /* Hashed tables: row index of id, or -1 when absent. Lock-free. */
 EMC_INTERNAL int64_t emc__store_find(const emc__table *t, uint64_t id);
-/* Hashed tables: row of id, adding it (zero row) when absent; -1 when the table is full.
+/* Hashed tables: row of id, adding it when absent; -1 when the table is full. A new row
+ * holds `init` (row_bytes; NULL: zeros) before the id is published, so a concurrent reader
+ * finds either no id or its full first value, never a placeholder zero row.
  * Caller holds the writer lock (store lock or the attached cache's lock). */
-EMC_INTERNAL int64_t emc__store_find_or_add(emc__table *t, uint64_t id);
+EMC_INTERNAL int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id,
+                                            const void *init);
 
 /* Read a store row with the stripe-version protocol into dst (row_bytes). Never blocks;
  * retries while a writer changes the row. */

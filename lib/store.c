@@ -196,7 +196,8 @@ int64_t emc__store_find(const emc__table *t, uint64_t id) {
   return -1;
 }
 
-int64_t emc__store_find_or_add(emc__table *t, uint64_t id) {
+int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const void *init) {
+  emc__table *t = &s->tables[table];
   uint64_t i = map_home(t, id), n, row;
   for (n = 0; n < t->map_cap; n++) {
     uint64_t rp = EMC_LD_RELAXED(&t->map_rowp1[i]);
@@ -206,6 +207,8 @@ int64_t emc__store_find_or_add(emc__table *t, uint64_t id) {
   }
   row = EMC_LD_RELAXED(&t->count);
   if (row >= t->rows) return -1; /* full (the map is never more than half full) */
+  /* the row is unreachable until map_rowp1 is published: fill it first */
+  if (init) emc__store_row_write(s, table, row, init);
   EMC_ST_RELAXED(&t->row_ids[row], id);
   EMC_ST_RELAXED(&t->map_ids[i], id);
   EMC_ST_RELEASE(&t->map_rowp1[i], row + 1u);
@@ -428,8 +431,10 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
     }
   }
   for (i = 0; i < n; i++) {
-    uint64_t row = t->kind == EMC_TABLE_DENSE ? ids[i] : (uint64_t)emc__store_find_or_add(t, ids[i]);
-    emc__store_row_write(s, table, row, (const unsigned char *)rows + i * (size_t)t->row_bytes);
+    const unsigned char *src = (const unsigned char *)rows + i * (size_t)t->row_bytes;
+    uint64_t row = t->kind == EMC_TABLE_DENSE ? ids[i]
+                                               : (uint64_t)emc__store_find_or_add(s, table, ids[i], src);
+    emc__store_row_write(s, table, row, src);
   }
 out:
   pthread_mutex_unlock(&s->lock);

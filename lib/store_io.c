@@ -361,7 +361,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       for (k = 0; k < fd[i].count; k++) {
         uint64_t id;
         if ((st = rd_bytes(&r, &id, 8, "hashed ids")) != EMC_OK) goto fail;
-        if (emc__store_find_or_add(t, id) != (int64_t)k) {
+        if (emc__store_find_or_add(s, i, id, NULL) != (int64_t)k) {
           st = EMC_FAIL(EMC_ECORRUPT, "table %u: duplicate id %llu", i, (unsigned long long)id);
           goto fail;
         }
