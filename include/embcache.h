@@ -187,7 +187,9 @@ EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
 /* Open a store saved by emc_store_save. Every size and checksum is verified before the
  * store is returned; nothing half-loaded is ever returned.
  * Errors: EMC_EINVAL (NULL), EMC_EIO (cannot open/read), EMC_ECORRUPT (bad magic, version,
- * checksum, truncated, inconsistent sizes), EMC_ENOMEM. Blocking. */
+ * checksum, truncated, inconsistent sizes), EMC_ENOMEM (hashed tables get their full
+ * capacity, `rows` in the file, allocated as at create: a small file can ask for much
+ * memory). *out is written only on success. Blocking. */
 EMC_API emc_status emc_store_open(const char *path, emc_store **out);
 
 /* ------------------------------------------------------------------ cache */
@@ -295,7 +297,7 @@ typedef struct emc_stats {
   uint64_t bytes_in_use;   /* bytes of resident rows (slot stride * rows) */
   uint64_t bytes_reserved; /* bytes of pool pages held by tables */
   uint64_t capacity_bytes; /* the budget */
-  uint64_t index_bytes;    /* bytes of the index (both copies) */
+  uint64_t index_bytes;    /* bytes of the index (both copies) and the LRU stamp array */
   uint64_t dirty_rows;     /* rows inserted and not yet written back */
 } emc_stats;
 
