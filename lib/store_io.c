@@ -25,6 +25,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,11 +222,19 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   emc_status st = EMC_OK;
 
   if (!path || !out) return EMC_FAIL(EMC_EINVAL, "path or out is NULL");
-  r.f = fopen(path, "rb");
-  if (!r.f) return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(errno));
-  if (fstat(fileno(r.f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(r.f);
-    return EMC_FAIL(EMC_EIO, "'%s' is not a regular file", path);
+  {
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; the mode check rejects it */
+    int fdn = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fdn < 0) return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(errno));
+    if (fstat(fdn, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+      close(fdn);
+      return EMC_FAIL(EMC_EIO, "'%s' is not a regular file", path);
+    }
+    if (fcntl(fdn, F_SETFL, fcntl(fdn, F_GETFL) & ~O_NONBLOCK) != 0 || !(r.f = fdopen(fdn, "rb"))) {
+      int e = errno;
+      close(fdn);
+      return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(e));
+    }
   }
   r.left = (uint64_t)sb.st_size;
   r.h = XXH64_createState();
