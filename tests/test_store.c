@@ -1,0 +1,1441 @@
+/*
+ * test_store: the host embedding store (lib/store.c) and its file format (lib/store_io.c).
+ *
+ *   create/describe    descriptors copied (names, "t<i>" default), limits, bad descriptors
+ *   write/read         dense and hashed, f32 and f16, odd row sizes, duplicates (last wins),
+ *                      absent hashed ids read as zero rows, hashed capacity (all-or-nothing)
+ *   uniform rows       fill_uniform == emc_uniform_row for every id, determinism per seed,
+ *                      values in [lo, hi), f16 = f32 rounded to nearest even (reference)
+ *   bad arguments      every failing call: the documented status, a fresh non-empty detail,
+ *                      outputs untouched, the store unchanged (compared through a saved image)
+ *   save/open          round trip of every row and descriptor, re-save byte-identical, the
+ *                      file layout of README "Store file format" (independent parser)
+ *   corruption         every byte of a small file flipped, strided + random flips of a larger
+ *                      one, truncation at every length / section boundary, appended bytes,
+ *                      field edits with recomputed checksums (semantic checks), foreign files:
+ *                      EMC_ECORRUPT, *out untouched; EMC_EIO for missing paths and directories
+ *   save errors        EMC_EIO for unwritable targets, no temporary left, an existing file kept
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <xxhash.h>
+
+#include "common.h"
+
+/* ck_assert_msg marks a point (a write to Check's channel) on every passing check, which
+ * dominates hot loops: REQUIRE only reports failures. */
+#define REQUIRE(cond, ...)                  \
+  do {                                      \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
+  } while (0)
+
+/* ------------------------------------------------------------------ helpers */
+static int sentinel_obj;
+#define OUT_SENTINEL ((emc_store *)&sentinel_obj)
+
+static uint64_t rng_next(uint64_t *s) { return emc__splitmix64(s); }
+static uint64_t rng_below(uint64_t *s, uint64_t n) { return n ? emc__mulhi(rng_next(s), n) : 0; }
+
+static size_t row_bytes_of(const emc_table_desc *d) { return (size_t)d->dim * emc_dtype_size(d->dtype); }
+
+/* Set this thread's detail to a known text so a later failure must replace it. */
+static char primed[512];
+static void prime_detail(void) {
+  ck_assert(emc_batch_bytes(NULL, NULL, NULL) == EMC_EINVAL); /* a call no test here makes */
+  snprintf(primed, sizeof primed, "%s", emc_last_error_detail());
+  ck_assert(primed[0] != '\0');
+}
+/* expr fails with `want` and records a new, non-empty detail */
+#define ST_FRESH(expr, want)                                                              \
+  do {                                                                                    \
+    prime_detail();                                                                       \
+    EMCT_ST(expr, want);                                                                  \
+    REQUIRE(strcmp(emc_last_error_detail(), primed) != 0,                           \
+                  "%s failed but did not record its own detail (still '%s')", #expr,      \
+                  primed);                                                                \
+  } while (0)
+
+/* A byte image of the whole store: emc_store_save is deterministic and covers descriptors,
+ * hashed ids in row order and every row. */
+static unsigned char *snap(const emc_store *s, const char *dir, size_t *n) {
+  char p[4200];
+  unsigned char *b;
+  snprintf(p, sizeof p, "%s/snapshot.emc", dir);
+  EMCT_OK(emc_store_save(s, p));
+  b = emct_read_file(p, n);
+  unlink(p);
+  return b;
+}
+static void check_same_snap(const emc_store *s, const char *dir, const unsigned char *before,
+                            size_t nb, const char *what) {
+  size_t na;
+  unsigned char *after = snap(s, dir, &na);
+  REQUIRE(na == nb && memcmp(after, before, nb) == 0,
+                "%s: the store changed (image %zu -> %zu bytes, first diff at %ld)", what, nb, na,
+                na == nb ? emct_first_diff(after, before, nb) : -1L);
+  free(after);
+}
+
+static void path_in(char *buf, size_t cap, const char *dir, const char *name) {
+  snprintf(buf, cap, "%s/%s", dir, name);
+}
+
+/* Open must fail with want, leave *out untouched and record a fresh detail. */
+static void expect_open_fails(const char *path, emc_status want, const char *what) {
+  emc_store *out = OUT_SENTINEL;
+  emc_status st;
+  prime_detail();
+  st = emc_store_open(path, &out);
+  REQUIRE(st == want, "%s: emc_store_open returned %s, expected %s (%s)", what,
+                emc_status_name(st), emc_status_name(want), emc_last_error_detail());
+  REQUIRE(out == OUT_SENTINEL, "%s: *out changed on failure", what);
+  REQUIRE(emc_last_error_detail()[0] != '\0' && strcmp(emc_last_error_detail(), primed) != 0,
+                "%s: no fresh detail", what);
+}
+
+/* ---------------------------------------------------------- f16 reference */
+/* The value of binary16 bits, decoded independently of lib/. */
+static double dec_f16(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double v;
+  if (e == 31) v = m ? NAN : INFINITY;
+  else if (e == 0) v = ldexp((double)m, -24);
+  else v = ldexp((double)(1024 + m), e - 25);
+  return (h & 0x8000u) ? -v : v;
+}
+/* f rounded to binary16, nearest even (default rounding mode), overflow to infinity. */
+static double ref_f16(float f) {
+  double a = fabs((double)f), q, r;
+  int e;
+  if (a == 0) return (double)f;
+  (void)frexp(a, &e);
+  e -= 1; /* a in [2^e, 2^(e+1)) */
+  if (e < -14) e = -14;
+  q = ldexp(1.0, e - 10);
+  r = nearbyint(a / q) * q;
+  if (r >= 65536.0) r = INFINITY;
+  return signbit(f) ? -r : r;
+}
+
+/* ------------------------------------------------------------- reference model */
+typedef struct refstore {
+  uint32_t n;
+  emc_table_desc desc[8];
+  size_t rb[8];
+  unsigned char *rows[8];    /* dense: rows * rb; hashed: cap * rb in insertion order */
+  uint64_t *ids[8];          /* hashed: cap ids in insertion order */
+  uint64_t count[8];
+} refstore;
+
+static void ref_init(refstore *r, const emc_table_desc *d, uint32_t n) {
+  uint32_t t;
+  memset(r, 0, sizeof *r);
+  r->n = n;
+  for (t = 0; t < n; t++) {
+    r->desc[t] = d[t];
+    r->rb[t] = row_bytes_of(&d[t]);
+    r->rows[t] = calloc(d[t].rows, r->rb[t]);
+    r->ids[t] = calloc(d[t].rows, sizeof(uint64_t));
+    ck_assert(r->rows[t] && r->ids[t]);
+    if (d[t].kind == EMC_TABLE_DENSE) r->count[t] = d[t].rows;
+  }
+}
+static void ref_free(refstore *r) {
+  uint32_t t;
+  for (t = 0; t < r->n; t++) {
+    free(r->rows[t]);
+    free(r->ids[t]);
+  }
+}
+static int64_t ref_find(const refstore *r, uint32_t t, uint64_t id) {
+  uint64_t k;
+  if (r->desc[t].kind == EMC_TABLE_DENSE) return id < r->desc[t].rows ? (int64_t)id : -1;
+  for (k = 0; k < r->count[t]; k++)
+    if (r->ids[t][k] == id) return (int64_t)k;
+  return -1;
+}
+static void ref_write(refstore *r, uint32_t t, const uint64_t *ids, size_t n, const void *rows) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    int64_t k = ref_find(r, t, ids[i]);
+    if (k < 0) {
+      ck_assert(r->count[t] < r->desc[t].rows);
+      k = (int64_t)r->count[t]++;
+      r->ids[t][k] = ids[i];
+    }
+    memcpy(r->rows[t] + (size_t)k * r->rb[t], (const unsigned char *)rows + i * r->rb[t], r->rb[t]);
+  }
+}
+/* The store equals the reference: descriptors, counts, every present row, some absent ids. */
+static void ref_check(const refstore *r, const emc_store *s, const char *what) {
+  uint32_t t;
+  ck_assert_uint_eq(emc_store_n_tables(s), r->n);
+  for (t = 0; t < r->n; t++) {
+    emc_table_desc d;
+    uint64_t cnt = 0, k;
+    size_t rb = r->rb[t];
+    unsigned char *buf = malloc(rb + 1), *zero = calloc(1, rb);
+    ck_assert(buf && zero);
+    EMCT_OK(emc_store_table(s, t, &d));
+    REQUIRE(d.kind == r->desc[t].kind && d.rows == r->desc[t].rows &&
+                      d.dim == r->desc[t].dim && d.dtype == r->desc[t].dtype,
+                  "%s: table %u descriptor differs", what, t);
+    if (r->desc[t].name) ck_assert_str_eq(d.name, r->desc[t].name);
+    EMCT_OK(emc_store_table_count(s, t, &cnt));
+    REQUIRE(cnt == r->count[t], "%s: table %u count %llu, want %llu", what, t,
+                  (unsigned long long)cnt, (unsigned long long)r->count[t]);
+    for (k = 0; k < r->count[t]; k++) {
+      uint64_t id = r->desc[t].kind == EMC_TABLE_DENSE ? k : r->ids[t][k];
+      long dpos;
+      buf[rb] = 0x5a;
+      EMCT_OK(emc_store_read(s, t, &id, 1, buf));
+      dpos = emct_first_diff(buf, r->rows[t] + k * rb, rb);
+      REQUIRE(dpos < 0, "%s: table %u id %llu: byte %ld differs", what, t,
+                    (unsigned long long)id, dpos);
+      REQUIRE(buf[rb] == 0x5a, "%s: read wrote past the row", what);
+    }
+    if (r->desc[t].kind == EMC_TABLE_HASHED) {
+      uint64_t probe[4] = {0, ~0ull, 0x123456789ull, 0xdeadbeefcafef00dull}, i;
+      for (i = 0; i < 4; i++) {
+        if (ref_find(r, t, probe[i]) >= 0) continue;
+        memset(buf, 0x77, rb);
+        EMCT_OK(emc_store_read(s, t, &probe[i], 1, buf));
+        REQUIRE(memcmp(buf, zero, rb) == 0, "%s: absent id %llx of table %u not zero", what,
+                      (unsigned long long)probe[i], t);
+      }
+    }
+    free(buf);
+    free(zero);
+  }
+}
+
+/* deterministic distinct-ish row contents */
+static void fill_rows(void *rows, size_t n, const emc_table_desc *d, uint32_t table, uint64_t tag,
+                      const uint64_t *ids) {
+  size_t i, rb = row_bytes_of(d);
+  for (i = 0; i < n; i++)
+    emct_pattern_row(table, ids[i], tag + i, d->dim, d->dtype, (unsigned char *)rows + i * rb);
+}
+
+/* ------------------------------------------------------------------ tests */
+START_TEST(create_and_describe) {
+  char name255[256], namebuf[16] = "mutable";
+  emc_table_desc td[5] = {{namebuf, EMC_TABLE_DENSE, 7, 3, EMC_DTYPE_F32},
+                          {NULL, EMC_TABLE_HASHED, 4, 5, EMC_DTYPE_F16},
+                          {"", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
+                          {name255, EMC_TABLE_HASHED, 1, EMC_MAX_DIM, EMC_DTYPE_F32},
+                          {NULL, EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F16}};
+  emc_store *s = NULL;
+  uint32_t t;
+  memset(name255, 'n', 255);
+  name255[255] = 0;
+  ck_assert_uint_eq(emc_dtype_size(EMC_DTYPE_F32), 4);
+  ck_assert_uint_eq(emc_dtype_size(EMC_DTYPE_F16), 2);
+  EMCT_OK(emc_store_create(td, 5, &s));
+  strcpy(namebuf, "changed"); /* names are copied */
+  ck_assert_uint_eq(emc_store_n_tables(s), 5);
+  ck_assert_uint_eq(emc_store_n_tables(NULL), 0);
+  for (t = 0; t < 5; t++) {
+    emc_table_desc d;
+    uint64_t cnt = 99;
+    size_t rb = row_bytes_of(&td[t]);
+    unsigned char *buf = malloc(rb), *zero = calloc(1, rb);
+    uint64_t id = 0;
+    ck_assert(buf && zero);
+    EMCT_OK(emc_store_table(s, t, &d));
+    ck_assert_int_eq(d.kind, td[t].kind);
+    ck_assert_uint_eq(d.rows, td[t].rows);
+    ck_assert_uint_eq(d.dim, td[t].dim);
+    ck_assert_int_eq(d.dtype, td[t].dtype);
+    if (t == 0) ck_assert_str_eq(d.name, "mutable");
+    else if (t == 1) ck_assert_str_eq(d.name, "t1");
+    else if (t == 4) ck_assert_str_eq(d.name, "t4");
+    else ck_assert_str_eq(d.name, td[t].name);
+    EMCT_OK(emc_store_table_count(s, t, &cnt));
+    ck_assert_uint_eq(cnt, td[t].kind == EMC_TABLE_DENSE ? td[t].rows : 0);
+    memset(buf, 0xee, rb);
+    EMCT_OK(emc_store_read(s, t, &id, 1, buf));
+    REQUIRE(memcmp(buf, zero, rb) == 0, "table %u: fresh row not zero", t);
+    free(buf);
+    free(zero);
+  }
+  emc_store_destroy(s);
+  emc_store_destroy(NULL);
+}
+END_TEST
+
+START_TEST(create_bad_args) {
+  char name256[257];
+  emc_table_desc ok = {"x", EMC_TABLE_DENSE, 4, 2, EMC_DTYPE_F32}, bad;
+  emc_store *s = OUT_SENTINEL;
+  emc_table_desc *many;
+  uint32_t i;
+  memset(name256, 'a', 256);
+  name256[256] = 0;
+  ST_FRESH(emc_store_create(NULL, 1, &s), EMC_EINVAL);
+  ST_FRESH(emc_store_create(&ok, 1, NULL), EMC_EINVAL);
+  ST_FRESH(emc_store_create(&ok, 0, &s), EMC_EINVAL);
+#define BAD(field, value)                                \
+  do {                                                   \
+    bad = ok;                                            \
+    bad.field = value;                                   \
+    ST_FRESH(emc_store_create(&bad, 1, &s), EMC_EINVAL); \
+  } while (0)
+  BAD(rows, 0);
+  BAD(rows, EMC_MAX_ROWS + 1u);
+  BAD(dim, 0);
+  BAD(dim, EMC_MAX_DIM + 1u);
+  BAD(kind, (emc_table_kind)2);
+  BAD(dtype, (emc_dtype)2);
+  BAD(name, name256);
+#undef BAD
+  ck_assert(s == OUT_SENTINEL);
+  /* the bad table need not be the first */
+  {
+    emc_table_desc two[2] = {ok, ok};
+    two[1].dim = 0;
+    ST_FRESH(emc_store_create(two, 2, &s), EMC_EINVAL);
+    REQUIRE(strstr(emc_last_error_detail(), "table 1") != NULL, "detail: %s",
+                  emc_last_error_detail());
+    ck_assert(s == OUT_SENTINEL);
+  }
+  /* EMC_MAX_TABLES tables work, one more does not */
+  many = calloc(EMC_MAX_TABLES + 1u, sizeof *many);
+  ck_assert(many != NULL);
+  for (i = 0; i <= EMC_MAX_TABLES; i++) {
+    many[i].kind = (i & 1) ? EMC_TABLE_HASHED : EMC_TABLE_DENSE;
+    many[i].rows = 1 + i % 3;
+    many[i].dim = 1;
+    many[i].dtype = EMC_DTYPE_F16;
+  }
+  ST_FRESH(emc_store_create(many, EMC_MAX_TABLES + 1u, &s), EMC_EINVAL);
+  ck_assert(s == OUT_SENTINEL);
+  EMCT_OK(emc_store_create(many, EMC_MAX_TABLES, &s));
+  ck_assert_uint_eq(emc_store_n_tables(s), EMC_MAX_TABLES);
+  {
+    emc_table_desc d;
+    EMCT_OK(emc_store_table(s, EMC_MAX_TABLES - 1u, &d));
+    ck_assert_str_eq(d.name, "t4095");
+  }
+  emc_store_destroy(s);
+  free(many);
+}
+END_TEST
+
+/* Dense and hashed tables, f32 and f16, odd row sizes: random batches with duplicates, the
+ * store always equals the reference model. */
+START_TEST(write_read_roundtrip) {
+  emc_table_desc td[6] = {{"d32", EMC_TABLE_DENSE, 300, 5, EMC_DTYPE_F32},
+                          {"d16", EMC_TABLE_DENSE, 257, 3, EMC_DTYPE_F16},
+                          {"h32", EMC_TABLE_HASHED, 200, 1, EMC_DTYPE_F32},
+                          {"h16", EMC_TABLE_HASHED, 150, 9, EMC_DTYPE_F16},
+                          {"d16x1", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
+                          {"wide", EMC_TABLE_DENSE, 4, 4097, EMC_DTYPE_F32}};
+  emc_store *s;
+  refstore ref;
+  uint64_t rng = 0x57043 + (uint64_t)_i, ids[64], universe[6][120];
+  unsigned char *rows = malloc(64 * 4097 * 4), *got = malloc(64 * 4097 * 4);
+  uint32_t step, t, steps = (uint32_t)emct_scale(400, 4);
+  ck_assert(rows && got);
+  ref_init(&ref, td, 6);
+  EMCT_OK(emc_store_create(td, 6, &s));
+  for (t = 0; t < 6; t++) {
+    uint32_t k;
+    for (k = 0; k < 120; k++) universe[t][k] = k < 3 ? (uint64_t[]){0, ~0ull, 1ull << 63}[k] : rng_next(&rng);
+  }
+  for (step = 0; step < steps; step++) {
+    size_t n = 1 + rng_below(&rng, 64), i, rb;
+    t = (uint32_t)rng_below(&rng, 6);
+    rb = row_bytes_of(&td[t]);
+    for (i = 0; i < n; i++) {
+      if (td[t].kind == EMC_TABLE_DENSE) ids[i] = rng_below(&rng, td[t].rows);
+      else ids[i] = universe[t][rng_below(&rng, 120)];
+      if (i > 0 && rng_below(&rng, 4) == 0) ids[i] = ids[rng_below(&rng, i)]; /* duplicate */
+    }
+    if (rng_below(&rng, 3) == 0) {
+      /* read: present rows from the reference, absent hashed ids zero */
+      EMCT_OK(emc_store_read(s, t, ids, n, got));
+      for (i = 0; i < n; i++) {
+        int64_t k = ref_find(&ref, t, ids[i]);
+        unsigned char *g = got + i * rb;
+        if (k >= 0) {
+          REQUIRE(memcmp(g, ref.rows[t] + (size_t)k * rb, rb) == 0,
+                        "step %u table %u id %llx: row differs", step, t, (unsigned long long)ids[i]);
+        } else {
+          size_t j;
+          for (j = 0; j < rb; j++) REQUIRE(g[j] == 0, "absent id %llx not zero", (unsigned long long)ids[i]);
+        }
+      }
+    } else {
+      emc_status st;
+      uint64_t before = 0, fresh = 0;
+      fill_rows(rows, n, &td[t], t, step * 100u, ids);
+      if (td[t].kind == EMC_TABLE_HASHED) {
+        /* distinct new ids of the batch */
+        for (i = 0; i < n; i++) {
+          size_t j;
+          int dup = 0;
+          if (ref_find(&ref, t, ids[i]) >= 0) continue;
+          for (j = 0; j < i; j++) dup |= ids[j] == ids[i];
+          fresh += !dup;
+        }
+      }
+      EMCT_OK(emc_store_table_count(s, t, &before));
+      st = emc_store_write(s, t, ids, n, rows);
+      if (td[t].kind == EMC_TABLE_HASHED && fresh > td[t].rows - ref.count[t]) {
+        REQUIRE(st == EMC_ERANGE, "over capacity: %s", emc_status_name(st));
+      } else {
+        REQUIRE(st == EMC_OK, "write: %s (%s)", emc_status_name(st), emc_last_error_detail());
+        ref_write(&ref, t, ids, n, rows);
+      }
+    }
+  }
+  ref_check(&ref, s, "after random steps");
+  emc_store_destroy(s);
+  ref_free(&ref);
+  free(rows);
+  free(got);
+}
+END_TEST
+
+/* Within one write call the last of duplicate ids wins; a hashed duplicate takes one row. */
+START_TEST(write_duplicates_last_wins) {
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 2, EMC_DTYPE_F32},
+                          {"h", EMC_TABLE_HASHED, 2, 2, EMC_DTYPE_F32}};
+  emc_store *s;
+  uint64_t ids[5] = {3, 7, 3, 3, 7}, hids[5] = {42, 42, ~0ull, 42, ~0ull}, cnt;
+  float rows[10] = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5}, got[4];
+  EMCT_OK(emc_store_create(td, 2, &s));
+  EMCT_OK(emc_store_write(s, 0, ids, 5, rows));
+  EMCT_OK(emc_store_read(s, 0, (uint64_t[]){3, 7}, 2, got));
+  ck_assert(got[0] == 4 && got[1] == 4 && got[2] == 5 && got[3] == 5);
+  /* two distinct ids in five positions fit a capacity of 2 */
+  EMCT_OK(emc_store_write(s, 1, hids, 5, rows));
+  EMCT_OK(emc_store_table_count(s, 1, &cnt));
+  ck_assert_uint_eq(cnt, 2);
+  EMCT_OK(emc_store_read(s, 1, (uint64_t[]){42, ~0ull}, 2, got));
+  ck_assert(got[0] == 4 && got[1] == 4 && got[2] == 5 && got[3] == 5);
+  emc_store_destroy(s);
+}
+END_TEST
+
+/* A hashed table at capacity: new ids give EMC_ERANGE and write nothing (not even the rows of
+ * ids already present in the same call); present ids can still be rewritten. */
+START_TEST(hashed_capacity_exhaustion) {
+  emc_table_desc td[2] = {{"h", EMC_TABLE_HASHED, 8, 3, EMC_DTYPE_F16},
+                          {"d", EMC_TABLE_DENSE, 4, 3, EMC_DTYPE_F16}};
+  emc_store *s;
+  char dir[4096];
+  uint64_t ids[12], cnt;
+  uint16_t rows[12 * 3];
+  unsigned char *img;
+  size_t nimg;
+  uint32_t i;
+  emct_tmpdir(dir, sizeof dir);
+  EMCT_OK(emc_store_create(td, 2, &s));
+  for (i = 0; i < 12; i++) ids[i] = 1000 + i * 7919u;
+  fill_rows(rows, 5, &td[0], 0, 1, ids);
+  EMCT_OK(emc_store_write(s, 0, ids, 5, rows));
+  /* 4 new distinct ids for 3 free rows (plus present ids and duplicates): refused */
+  {
+    uint64_t b[7] = {ids[0], ids[5], ids[6], ids[5], ids[7], ids[8], ids[1]};
+    fill_rows(rows, 7, &td[0], 0, 50, b);
+    img = snap(s, dir, &nimg);
+    ST_FRESH(emc_store_write(s, 0, b, 7, rows), EMC_ERANGE);
+    check_same_snap(s, dir, img, nimg, "over-capacity write");
+    EMCT_OK(emc_store_table_count(s, 0, &cnt));
+    ck_assert_uint_eq(cnt, 5);
+    free(img);
+  }
+  /* exactly 3 new distinct ids (with duplicates and present ids): accepted, table full */
+  {
+    uint64_t b[6] = {ids[5], ids[0], ids[6], ids[5], ids[7], ids[7]};
+    fill_rows(rows, 6, &td[0], 0, 60, b);
+    EMCT_OK(emc_store_write(s, 0, b, 6, rows));
+    EMCT_OK(emc_store_table_count(s, 0, &cnt));
+    ck_assert_uint_eq(cnt, 8);
+  }
+  /* full: one new id among present ones is refused, nothing changes */
+  img = snap(s, dir, &nimg);
+  {
+    uint64_t b[3] = {ids[0], ids[9], ids[1]};
+    fill_rows(rows, 3, &td[0], 0, 70, b);
+    ST_FRESH(emc_store_write(s, 0, b, 3, rows), EMC_ERANGE);
+    ST_FRESH(emc_store_write(s, 0, &ids[11], 1, rows), EMC_ERANGE);
+    check_same_snap(s, dir, img, nimg, "write to a full table");
+    /* a new id still reads as zero */
+    {
+      uint16_t z[3] = {9, 9, 9};
+      EMCT_OK(emc_store_read(s, 0, &ids[9], 1, z));
+      ck_assert(z[0] == 0 && z[1] == 0 && z[2] == 0);
+    }
+  }
+  free(img);
+  /* present ids can be rewritten when full */
+  {
+    uint64_t b[2] = {ids[7], ids[2]};
+    uint16_t got[6];
+    fill_rows(rows, 2, &td[0], 0, 80, b);
+    EMCT_OK(emc_store_write(s, 0, b, 2, rows));
+    EMCT_OK(emc_store_read(s, 0, b, 2, got));
+    ck_assert(memcmp(got, rows, sizeof got) == 0);
+    EMCT_OK(emc_store_table_count(s, 0, &cnt));
+    ck_assert_uint_eq(cnt, 8);
+  }
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* emc_store_fill_uniform writes emc_uniform_row for every dense id and every present hashed id;
+ * deterministic in the seed; absent hashed ids stay absent (zero). */
+START_TEST(fill_uniform_matches_uniform_row) {
+  emc_table_desc td[4] = {{"d32", EMC_TABLE_DENSE, 500, 7, EMC_DTYPE_F32},
+                          {"d16", EMC_TABLE_DENSE, 333, 5, EMC_DTYPE_F16},
+                          {"h32", EMC_TABLE_HASHED, 100, 4, EMC_DTYPE_F32},
+                          {"h16", EMC_TABLE_HASHED, 100, 3, EMC_DTYPE_F16}};
+  emc_store *a, *b;
+  char dir[4096];
+  unsigned char *ia, *ib, row[64], want[64];
+  size_t na, nb;
+  uint64_t hid[60], seed = 0x5eedull, cnt;
+  uint32_t t, i;
+  emct_tmpdir(dir, sizeof dir);
+  EMCT_OK(emc_store_create(td, 4, &a));
+  EMCT_OK(emc_store_create(td, 4, &b));
+  for (i = 0; i < 60; i++) hid[i] = emc__fmix64(i + 1);
+  for (t = 2; t < 4; t++) {
+    unsigned char *z = calloc(60, row_bytes_of(&td[t]));
+    EMCT_OK(emc_store_write(a, t, hid, 60, z));
+    EMCT_OK(emc_store_write(b, t, hid, 60, z));
+    free(z);
+  }
+  for (t = 0; t < 4; t++) {
+    EMCT_OK(emc_store_fill_uniform(a, t, -0.5f, 2.0f, seed));
+    EMCT_OK(emc_store_fill_uniform(b, t, -0.5f, 2.0f, seed));
+  }
+  for (t = 0; t < 4; t++) {
+    size_t rb = row_bytes_of(&td[t]);
+    uint64_t n = td[t].kind == EMC_TABLE_DENSE ? td[t].rows : 60, k;
+    for (k = 0; k < n; k++) {
+      uint64_t id = td[t].kind == EMC_TABLE_DENSE ? k : hid[k];
+      EMCT_OK(emc_store_read(a, t, &id, 1, row));
+      EMCT_OK(emc_uniform_row(seed, t, id, -0.5f, 2.0f, td[t].dim, td[t].dtype, want));
+      REQUIRE(memcmp(row, want, rb) == 0, "table %u id %llx: fill != emc_uniform_row", t,
+                    (unsigned long long)id);
+    }
+    if (td[t].kind == EMC_TABLE_HASHED) {
+      uint64_t absent = 12345;
+      memset(row, 0x33, rb);
+      EMCT_OK(emc_store_read(a, t, &absent, 1, row));
+      for (i = 0; i < rb; i++) ck_assert_uint_eq(row[i], 0);
+      EMCT_OK(emc_store_table_count(a, t, &cnt));
+      ck_assert_uint_eq(cnt, 60);
+    }
+  }
+  /* same seed -> same bytes */
+  ia = snap(a, dir, &na);
+  ib = snap(b, dir, &nb);
+  REQUIRE(na == nb && memcmp(ia, ib, na) == 0, "same seed gave different stores");
+  free(ib);
+  /* different seed -> every table changes; refilling with the first seed restores it */
+  for (t = 0; t < 4; t++) EMCT_OK(emc_store_fill_uniform(b, t, -0.5f, 2.0f, seed + 1));
+  for (t = 0; t < 4; t++) {
+    uint64_t id = td[t].kind == EMC_TABLE_DENSE ? 3 : hid[3];
+    unsigned char ra[64], rbuf[64];
+    EMCT_OK(emc_store_read(a, t, &id, 1, ra));
+    EMCT_OK(emc_store_read(b, t, &id, 1, rbuf));
+    REQUIRE(memcmp(ra, rbuf, row_bytes_of(&td[t])) != 0, "table %u: seed did not matter", t);
+  }
+  for (t = 0; t < 4; t++) EMCT_OK(emc_store_fill_uniform(b, t, -0.5f, 2.0f, seed));
+  ib = snap(b, dir, &nb);
+  REQUIRE(na == nb && memcmp(ia, ib, na) == 0, "refill with the same seed differs");
+  free(ia);
+  free(ib);
+  emc_store_destroy(a);
+  emc_store_destroy(b);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* emc_uniform_row: f32 elements in [lo, hi) (all lo when lo == hi), f16 rows are the f32 rows
+ * rounded to nearest even (checked against an independent rounding), pure in its arguments. */
+START_TEST(uniform_row_values) {
+  static const float bounds[][2] = {{-1, 1}, {0, 1}, {-1e5f, 1e5f}, {-1e-6f, 1e-6f},
+                                    {65000, 66000}, {3, 3}, {-2.5f, -2.5f}, {1e-9f, 2e-9f}};
+  enum { DIM = 97 };
+  float f[DIM], f2[DIM];
+  uint16_t h[DIM];
+  size_t bi;
+  uint64_t id, n_ids = emct_scale(400, 4);
+  for (bi = 0; bi < sizeof bounds / sizeof *bounds; bi++) {
+    float lo = bounds[bi][0], hi = bounds[bi][1];
+    for (id = 0; id < n_ids; id++) {
+      uint32_t j, table = (uint32_t)(id % 5);
+      EMCT_OK(emc_uniform_row(77, table, id * 0x9E37ull, lo, hi, DIM, EMC_DTYPE_F32, f));
+      EMCT_OK(emc_uniform_row(77, table, id * 0x9E37ull, lo, hi, DIM, EMC_DTYPE_F16, h));
+      EMCT_OK(emc_uniform_row(77, table, id * 0x9E37ull, lo, hi, DIM, EMC_DTYPE_F32, f2));
+      REQUIRE(memcmp(f, f2, sizeof f) == 0, "not a pure function");
+      for (j = 0; j < DIM; j++) {
+        double want = ref_f16(f[j]), got = dec_f16(h[j]);
+        if (lo < hi)
+          REQUIRE(f[j] >= lo && f[j] < hi, "[%g, %g): element %g", (double)lo, (double)hi,
+                        (double)f[j]);
+        else
+          REQUIRE(f[j] == lo, "lo == hi == %g: element %g", (double)lo, (double)f[j]);
+        REQUIRE(got == want && signbit(got) == signbit(want),
+                      "f16 of %.9g is %04x (%.9g), nearest even is %.9g", (double)f[j], h[j],
+                      got, want);
+      }
+    }
+  }
+  /* a different seed, table or id changes the row */
+  {
+    float g[DIM];
+    EMCT_OK(emc_uniform_row(1, 0, 5, -1, 1, DIM, EMC_DTYPE_F32, f));
+    EMCT_OK(emc_uniform_row(2, 0, 5, -1, 1, DIM, EMC_DTYPE_F32, g));
+    ck_assert(memcmp(f, g, sizeof f) != 0);
+    EMCT_OK(emc_uniform_row(1, 1, 5, -1, 1, DIM, EMC_DTYPE_F32, g));
+    ck_assert(memcmp(f, g, sizeof f) != 0);
+    EMCT_OK(emc_uniform_row(1, 0, 6, -1, 1, DIM, EMC_DTYPE_F32, g));
+    ck_assert(memcmp(f, g, sizeof f) != 0);
+  }
+  /* errors: out untouched */
+  {
+    float o[4] = {7, 7, 7, 7};
+    ST_FRESH(emc_uniform_row(1, 0, 0, -1, 1, 4, EMC_DTYPE_F32, NULL), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, -1, 1, 0, EMC_DTYPE_F32, o), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, -1, 1, 4, (emc_dtype)2, o), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, 1, -1, 4, EMC_DTYPE_F32, o), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, NAN, 1, 4, EMC_DTYPE_F32, o), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, -1, NAN, 4, EMC_DTYPE_F32, o), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, -INFINITY, 1, 4, EMC_DTYPE_F32, o), EMC_EINVAL);
+    ST_FRESH(emc_uniform_row(1, 0, 0, -1, INFINITY, 4, EMC_DTYPE_F32, o), EMC_EINVAL);
+    ck_assert(o[0] == 7 && o[1] == 7 && o[2] == 7 && o[3] == 7);
+  }
+}
+END_TEST
+
+/* Every failing store call: the documented status, a fresh detail, outputs untouched, the
+ * store unchanged. Also the n == 0 no-ops. */
+START_TEST(bad_args_leave_store_unchanged) {
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 3, EMC_DTYPE_F32},
+                          {"h", EMC_TABLE_HASHED, 5, 2, EMC_DTYPE_F16}};
+  emc_store *s;
+  char dir[4096];
+  unsigned char *img, buf[256];
+  size_t nimg;
+  uint64_t ids[4] = {1, 2, 9, 0}, big[3] = {0, 10, 2}, cnt = 77;
+  float rows[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  emc_table_desc d = {"zz", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32};
+  uint32_t t;
+  emct_tmpdir(dir, sizeof dir);
+  EMCT_OK(emc_store_create(td, 2, &s));
+  EMCT_OK(emc_store_fill_uniform(s, 0, -1, 1, 3));
+  EMCT_OK(emc_store_write(s, 1, ids, 2, rows));
+  img = snap(s, dir, &nimg);
+
+  /* write */
+  ST_FRESH(emc_store_write(NULL, 0, ids, 1, rows), EMC_EINVAL);
+  ST_FRESH(emc_store_write(s, 2, ids, 1, rows), EMC_ERANGE);
+  ST_FRESH(emc_store_write(s, UINT32_MAX, ids, 1, rows), EMC_ERANGE);
+  ST_FRESH(emc_store_write(s, 0, NULL, 1, rows), EMC_EINVAL);
+  ST_FRESH(emc_store_write(s, 0, ids, 1, NULL), EMC_EINVAL);
+  ST_FRESH(emc_store_write(s, 0, big, 3, rows), EMC_ERANGE); /* ids[0] valid, ids[1] not */
+  REQUIRE(strstr(emc_last_error_detail(), "'d'") != NULL, "detail: %s", emc_last_error_detail());
+  {
+    uint64_t huge = ~0ull;
+    ST_FRESH(emc_store_write(s, 0, &huge, 1, rows), EMC_ERANGE);
+  }
+  EMCT_OK(emc_store_write(s, 0, NULL, 0, NULL)); /* n == 0: no-op */
+  EMCT_OK(emc_store_write(s, 1, NULL, 0, NULL));
+  EMCT_OK(emc_store_write(s, 0, ids, 0, rows));
+  check_same_snap(s, dir, img, nimg, "failed writes");
+
+  /* read: rows untouched on failure */
+  memset(buf, 0xcd, sizeof buf);
+  ST_FRESH(emc_store_read(NULL, 0, ids, 1, buf), EMC_EINVAL);
+  ST_FRESH(emc_store_read(s, 2, ids, 1, buf), EMC_ERANGE);
+  ST_FRESH(emc_store_read(s, 0, NULL, 1, buf), EMC_EINVAL);
+  ST_FRESH(emc_store_read(s, 0, ids, 1, NULL), EMC_EINVAL);
+  ST_FRESH(emc_store_read(s, 0, big, 3, buf), EMC_ERANGE);
+  EMCT_OK(emc_store_read(s, 0, NULL, 0, NULL));
+  EMCT_OK(emc_store_read(s, 1, NULL, 0, NULL));
+  {
+    size_t i;
+    for (i = 0; i < sizeof buf; i++) REQUIRE(buf[i] == 0xcd, "read wrote byte %zu on failure", i);
+  }
+
+  /* fill_uniform */
+  ST_FRESH(emc_store_fill_uniform(NULL, 0, -1, 1, 1), EMC_EINVAL);
+  ST_FRESH(emc_store_fill_uniform(s, 2, -1, 1, 1), EMC_ERANGE);
+  ST_FRESH(emc_store_fill_uniform(s, 0, 1, -1, 1), EMC_EINVAL);
+  ST_FRESH(emc_store_fill_uniform(s, 0, NAN, 1, 1), EMC_EINVAL);
+  ST_FRESH(emc_store_fill_uniform(s, 1, -1, INFINITY, 1), EMC_EINVAL);
+
+  /* descriptors and counts: outputs untouched */
+  d.rows = 4242;
+  ST_FRESH(emc_store_table(s, 2, &d), EMC_ERANGE);
+  ST_FRESH(emc_store_table(NULL, 0, &d), EMC_EINVAL);
+  ST_FRESH(emc_store_table(s, 0, NULL), EMC_EINVAL);
+  ck_assert(d.rows == 4242 && strcmp(d.name, "zz") == 0);
+  ST_FRESH(emc_store_table_count(s, 2, &cnt), EMC_ERANGE);
+  ST_FRESH(emc_store_table_count(NULL, 0, &cnt), EMC_EINVAL);
+  ST_FRESH(emc_store_table_count(s, 0, NULL), EMC_EINVAL);
+  ck_assert_uint_eq(cnt, 77);
+
+  /* save/open argument errors */
+  {
+    emc_store *o = OUT_SENTINEL;
+    ST_FRESH(emc_store_save(NULL, "x.emc"), EMC_EINVAL);
+    ST_FRESH(emc_store_save(s, NULL), EMC_EINVAL);
+    ST_FRESH(emc_store_open(NULL, &o), EMC_EINVAL);
+    ST_FRESH(emc_store_open("x.emc", NULL), EMC_EINVAL);
+    ck_assert(o == OUT_SENTINEL);
+  }
+  check_same_snap(s, dir, img, nimg, "failed calls");
+  for (t = 0; t < 2; t++) {
+    EMCT_OK(emc_store_table_count(s, t, &cnt));
+    ck_assert_uint_eq(cnt, t == 0 ? 10 : 2);
+  }
+  free(img);
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* While a cache is attached, direct writes and fills are refused and change nothing; the
+ * store cannot be destroyed (refused with a detail; it stays usable). */
+START_TEST(attached_cache_refuses_writes) {
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32},
+                          {"h", EMC_TABLE_HASHED, 5, 4, EMC_DTYPE_F32}};
+  emc_store *s;
+  emc_cache *c;
+  emc_cache_config cfg;
+  char dir[4096];
+  unsigned char *img;
+  size_t nimg;
+  uint64_t id = 3;
+  float row[4] = {1, 2, 3, 4}, got[4];
+  emct_tmpdir(dir, sizeof dir);
+  EMCT_OK(emc_store_create(td, 2, &s));
+  EMCT_OK(emc_store_fill_uniform(s, 0, -1, 1, 8));
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_HOST;
+  cfg.capacity_bytes = 1 << 16;
+  EMCT_OK(emc_cache_create(s, &cfg, &c));
+  img = snap(s, dir, &nimg);
+  ST_FRESH(emc_store_write(s, 0, &id, 1, row), EMC_EUNSUPPORTED);
+  ST_FRESH(emc_store_write(s, 1, &id, 1, row), EMC_EUNSUPPORTED);
+  ST_FRESH(emc_store_fill_uniform(s, 0, -1, 1, 9), EMC_EUNSUPPORTED);
+  prime_detail();
+  emc_store_destroy(s); /* refused */
+  REQUIRE(strcmp(emc_last_error_detail(), primed) != 0, "refused destroy left no detail");
+  EMCT_OK(emc_store_read(s, 0, &id, 1, got));
+  check_same_snap(s, dir, img, nimg, "writes while attached");
+  EMCT_OK(emc_cache_destroy(c));
+  EMCT_OK(emc_store_write(s, 0, &id, 1, row));
+  EMCT_OK(emc_store_read(s, 0, &id, 1, got));
+  ck_assert(memcmp(got, row, sizeof row) == 0);
+  free(img);
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ files */
+typedef struct layout {
+  uint32_t n_tables;
+  uint64_t desc_bytes, file_bytes;
+  size_t desc_off[16];   /* start of each descriptor record */
+  size_t desc_sum;       /* offset of the descriptor checksum */
+  size_t data_off[16];   /* start of each data section */
+  size_t data_len[16];
+  uint32_t kind[16], dtype[16], dim[16], name_len[16];
+  uint64_t rows[16], count[16];
+} layout;
+
+static uint32_t rd32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static void wr32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+
+/* Parse a saved file as README "Store file format" describes it, checking every field. */
+static void parse_file(const unsigned char *b, size_t n, layout *L) {
+  size_t o = 64;
+  uint32_t i;
+  memset(L, 0, sizeof *L);
+  ck_assert_uint_ge(n, 64);
+  REQUIRE(memcmp(b, "EMBCSTOR", 8) == 0, "magic");
+  ck_assert_uint_eq(rd32(b + 8), 1);
+  L->n_tables = rd32(b + 12);
+  L->desc_bytes = rd64(b + 16);
+  L->file_bytes = rd64(b + 24);
+  ck_assert_uint_eq(L->file_bytes, n);
+  REQUIRE(rd64(b + 32) == 0 && rd64(b + 40) == 0 && rd64(b + 48) == 0, "reserved not zero");
+  REQUIRE(rd64(b + 56) == XXH64(b, 56, 0), "header checksum");
+  ck_assert_uint_le(L->n_tables, 16);
+  for (i = 0; i < L->n_tables; i++) {
+    uint32_t nl, pad, k;
+    L->desc_off[i] = o;
+    L->kind[i] = rd32(b + o);
+    L->dtype[i] = rd32(b + o + 4);
+    L->dim[i] = rd32(b + o + 8);
+    L->name_len[i] = nl = rd32(b + o + 12);
+    L->rows[i] = rd64(b + o + 16);
+    L->count[i] = rd64(b + o + 24);
+    L->data_len[i] = (size_t)rd64(b + o + 32);
+    ck_assert_uint_le(nl, 255);
+    pad = (8u - (nl & 7u)) & 7u;
+    for (k = 0; k < pad; k++) REQUIRE(b[o + 40 + nl + k] == 0, "name padding not zero");
+    ck_assert_uint_eq(L->data_len[i], (L->kind[i] == 1 ? L->count[i] * 8 : 0) +
+                                          L->count[i] * L->dim[i] * (L->dtype[i] == 0 ? 4u : 2u));
+    o += 40u + nl + pad;
+  }
+  ck_assert_uint_eq(o - 64, L->desc_bytes);
+  L->desc_sum = o;
+  REQUIRE(rd64(b + o) == XXH64(b + 64, L->desc_bytes, 0), "descriptor checksum");
+  o += 8;
+  for (i = 0; i < L->n_tables; i++) {
+    L->data_off[i] = o;
+    ck_assert_uint_le(o + L->data_len[i] + 8, n);
+    REQUIRE(rd64(b + o + L->data_len[i]) == XXH64(b + o, L->data_len[i], 0),
+                  "data checksum of table %u", i);
+    o += L->data_len[i] + 8;
+  }
+  ck_assert_uint_eq(o, n);
+}
+
+/* Recompute every checksum of an edited file whose section layout is L. */
+static void fix_sums(unsigned char *b, const layout *L) {
+  uint32_t i;
+  wr64(b + 56, XXH64(b, 56, 0));
+  wr64(b + L->desc_sum, XXH64(b + 64, L->desc_bytes, 0));
+  for (i = 0; i < L->n_tables; i++)
+    wr64(b + L->data_off[i] + L->data_len[i], XXH64(b + L->data_off[i], L->data_len[i], 0));
+}
+
+/* small store: dense f32 (odd dim), hashed f16 partly filled, dense f16 1-element rows */
+static emc_store *small_store(refstore *ref) {
+  static const emc_table_desc td[3] = {{"dense_a", EMC_TABLE_DENSE, 5, 3, EMC_DTYPE_F32},
+                                       {"hash_b", EMC_TABLE_HASHED, 6, 2, EMC_DTYPE_F16},
+                                       {NULL, EMC_TABLE_DENSE, 2, 1, EMC_DTYPE_F16}};
+  emc_store *s;
+  uint64_t hid[3] = {17, ~0ull, 0}, did[5] = {0, 1, 2, 3, 4};
+  unsigned char rows[5 * 12];
+  EMCT_OK(emc_store_create(td, 3, &s));
+  if (ref) ref_init(ref, td, 3);
+  fill_rows(rows, 5, &td[0], 0, 1, did);
+  EMCT_OK(emc_store_write(s, 0, did, 5, rows));
+  if (ref) ref_write(ref, 0, did, 5, rows);
+  fill_rows(rows, 3, &td[1], 1, 2, hid);
+  EMCT_OK(emc_store_write(s, 1, hid, 3, rows));
+  if (ref) ref_write(ref, 1, hid, 3, rows);
+  fill_rows(rows, 2, &td[2], 2, 3, did);
+  EMCT_OK(emc_store_write(s, 2, did, 2, rows));
+  if (ref) ref_write(ref, 2, did, 2, rows);
+  return s;
+}
+
+/* larger store for sampled corruption */
+static emc_store *large_store(void) {
+  static const emc_table_desc td[4] = {{"big_dense", EMC_TABLE_DENSE, 3000, 16, EMC_DTYPE_F32},
+                                       {"big_hash", EMC_TABLE_HASHED, 2000, 8, EMC_DTYPE_F16},
+                                       {"tiny", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
+                                       {"empty_hash", EMC_TABLE_HASHED, 10, 3, EMC_DTYPE_F32}};
+  emc_store *s;
+  uint64_t ids[1500];
+  unsigned char *z = calloc(1500, 16);
+  uint32_t i;
+  ck_assert(z != NULL);
+  EMCT_OK(emc_store_create(td, 4, &s));
+  for (i = 0; i < 1500; i++) ids[i] = emc__fmix64(i * 31u + 7u);
+  EMCT_OK(emc_store_write(s, 1, ids, 1500, z));
+  for (i = 0; i < 3; i++) EMCT_OK(emc_store_fill_uniform(s, i, -3, 3, 100 + i));
+  free(z);
+  return s;
+}
+
+START_TEST(save_open_roundtrip) {
+  char name255[256], dir[4096], p1[4200], p2[4200];
+  emc_table_desc td[6] = {{"users", EMC_TABLE_DENSE, 1000, 16, EMC_DTYPE_F32},
+                          {"", EMC_TABLE_HASHED, 300, 3, EMC_DTYPE_F16},
+                          {name255, EMC_TABLE_DENSE, 2, 2049, EMC_DTYPE_F16},
+                          {NULL, EMC_TABLE_HASHED, 4, 1, EMC_DTYPE_F32},
+                          {"full_hash", EMC_TABLE_HASHED, 50, 5, EMC_DTYPE_F32},
+                          {"one", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32}};
+  emc_store *s, *o = NULL, *o2 = NULL;
+  refstore ref;
+  uint64_t rng = 0x4011, ids[300];
+  unsigned char *rows = malloc(300 * 64), *f1, *f2;
+  size_t n1, n2;
+  uint32_t i;
+  layout L;
+  ck_assert(rows != NULL);
+  memset(name255, 'q', 255);
+  name255[255] = 0;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p1, sizeof p1, dir, "a.emc");
+  path_in(p2, sizeof p2, dir, "b.emc");
+  EMCT_OK(emc_store_create(td, 6, &s));
+  ref_init(&ref, td, 6);
+  ref.desc[3].name = "t3";
+  for (i = 0; i < 1000 && i < 300; i++) ids[i] = i;
+  /* dense: uniform fill then some pattern rows */
+  EMCT_OK(emc_store_fill_uniform(s, 0, -1, 1, 1));
+  for (i = 0; i < 1000; i++) {
+    uint64_t id = i;
+    EMCT_OK(emc_uniform_row(1, 0, id, -1, 1, 16, EMC_DTYPE_F32, ref.rows[0] + (size_t)i * 64));
+  }
+  fill_rows(rows, 100, &td[0], 0, 9, ids);
+  EMCT_OK(emc_store_write(s, 0, ids, 100, rows));
+  ref_write(&ref, 0, ids, 100, rows);
+  /* hashed, partly filled with random 64-bit ids */
+  for (i = 0; i < 170; i++) ids[i] = rng_next(&rng);
+  ids[0] = 0;
+  ids[1] = ~0ull;
+  fill_rows(rows, 170, &td[1], 1, 5, ids);
+  EMCT_OK(emc_store_write(s, 1, ids, 170, rows));
+  ref_write(&ref, 1, ids, 170, rows);
+  /* wide f16 rows */
+  {
+    unsigned char *w = malloc(2 * 2049 * 2);
+    uint64_t d2[2] = {0, 1};
+    fill_rows(w, 2, &td[2], 2, 1, d2);
+    EMCT_OK(emc_store_write(s, 2, d2, 2, w));
+    ref_write(&ref, 2, d2, 2, w);
+    free(w);
+  }
+  /* table 3 empty; table 4 full */
+  for (i = 0; i < 50; i++) ids[i] = 1000000007ull * (i + 1);
+  fill_rows(rows, 50, &td[4], 4, 2, ids);
+  EMCT_OK(emc_store_write(s, 4, ids, 50, rows));
+  ref_write(&ref, 4, ids, 50, rows);
+  ref_check(&ref, s, "before save");
+
+  EMCT_OK(emc_store_save(s, p1));
+  EMCT_OK(emc_store_open(p1, &o));
+  ck_assert(o != NULL && o != s);
+  ref_check(&ref, o, "opened");
+  /* descriptors, names included */
+  for (i = 0; i < 6; i++) {
+    emc_table_desc a, b;
+    EMCT_OK(emc_store_table(s, i, &a));
+    EMCT_OK(emc_store_table(o, i, &b));
+    ck_assert_str_eq(a.name, b.name);
+    ck_assert(a.kind == b.kind && a.rows == b.rows && a.dim == b.dim && a.dtype == b.dtype);
+  }
+  /* re-save: byte-identical */
+  EMCT_OK(emc_store_save(o, p2));
+  f1 = emct_read_file(p1, &n1);
+  f2 = emct_read_file(p2, &n2);
+  REQUIRE(n1 == n2 && memcmp(f1, f2, n1) == 0, "re-saved file differs (%zu vs %zu bytes)", n1, n2);
+  parse_file(f1, n1, &L);
+  ck_assert_uint_eq(L.n_tables, 6);
+  for (i = 0; i < 6; i++) {
+    ck_assert_uint_eq(L.kind[i], td[i].kind);
+    ck_assert_uint_eq(L.dtype[i], td[i].dtype);
+    ck_assert_uint_eq(L.dim[i], td[i].dim);
+    ck_assert_uint_eq(L.rows[i], td[i].rows);
+    ck_assert_uint_eq(L.count[i], ref.count[i]);
+    ck_assert_uint_eq(L.name_len[i], strlen(i == 3 ? "t3" : td[i].name));
+  }
+  /* hashed ids in the file: row order, as written */
+  {
+    size_t k;
+    for (k = 0; k < ref.count[1]; k++)
+      ck_assert_uint_eq(rd64(f1 + L.data_off[1] + 8 * k), ref.ids[1][k]);
+  }
+  free(f2);
+  /* the opened store is a normal store: hashed capacity continues, full table refuses */
+  {
+    uint64_t nid[130], cnt;
+    for (i = 0; i < 130; i++) nid[i] = 0xabc00000ull + i;
+    fill_rows(rows, 130, &td[1], 1, 77, nid);
+    EMCT_OK(emc_store_write(o, 1, nid, 130, rows));
+    EMCT_OK(emc_store_table_count(o, 1, &cnt));
+    ck_assert_uint_eq(cnt, 300);
+    ST_FRESH(emc_store_write(o, 1, (uint64_t[]){0xfff}, 1, rows), EMC_ERANGE);
+    ST_FRESH(emc_store_write(o, 4, (uint64_t[]){0xfff}, 1, rows), EMC_ERANGE);
+    ref_write(&ref, 1, nid, 130, rows);
+    ref_check(&ref, o, "opened + writes");
+  }
+  /* saving over an existing file replaces it whole */
+  EMCT_OK(emc_store_save(o, p1));
+  EMCT_OK(emc_store_open(p1, &o2));
+  ref_check(&ref, o2, "re-opened after overwrite");
+  free(f1);
+  f1 = emct_read_file(p1, &n1);
+  parse_file(f1, n1, &L);
+  ck_assert_uint_eq(L.count[1], 300);
+  free(f1);
+  emc_store_destroy(o2);
+  emc_store_destroy(o);
+  emc_store_destroy(s);
+  ref_free(&ref);
+  free(rows);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* Flip bits of every byte of a small saved file: each edit is detected (EMC_ECORRUPT), *out
+ * untouched, fresh detail. */
+START_TEST(corrupt_every_byte_small) {
+  static const unsigned char masks[] = {0x01, 0x80, 0xff, 0x10};
+  char dir[4096], p[4200], q[4200];
+  emc_store *s = small_store(NULL), *o = NULL;
+  unsigned char *f, *g;
+  size_t n, pos, mi;
+  layout L;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "small.emc");
+  path_in(q, sizeof q, dir, "bad.emc");
+  EMCT_OK(emc_store_save(s, p));
+  f = emct_read_file(p, &n);
+  parse_file(f, n, &L);
+  g = malloc(n);
+  ck_assert(g != NULL);
+  for (pos = 0; pos < n; pos++)
+    for (mi = 0; mi < sizeof masks; mi++) {
+      char what[96];
+      memcpy(g, f, n);
+      g[pos] ^= masks[mi];
+      emct_write_file(q, g, n);
+      snprintf(what, sizeof what, "byte %zu of %zu ^ %02x", pos, n, masks[mi]);
+      expect_open_fails(q, EMC_ECORRUPT, what);
+    }
+  /* the untouched file still opens */
+  EMCT_OK(emc_store_open(p, &o));
+  emc_store_destroy(o);
+  free(f);
+  free(g);
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* Truncation at every length, and appended bytes, of a small file. */
+START_TEST(truncate_every_length_small) {
+  char dir[4096], p[4200], q[4200];
+  emc_store *s = small_store(NULL);
+  unsigned char *f, *g;
+  size_t n, len;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "small.emc");
+  path_in(q, sizeof q, dir, "cut.emc");
+  EMCT_OK(emc_store_save(s, p));
+  f = emct_read_file(p, &n);
+  for (len = 0; len < n; len++) {
+    char what[64];
+    emct_write_file(q, f, len);
+    snprintf(what, sizeof what, "truncated to %zu of %zu", len, n);
+    expect_open_fails(q, EMC_ECORRUPT, what);
+  }
+  g = calloc(n + 64, 1);
+  ck_assert(g != NULL);
+  memcpy(g, f, n);
+  for (len = n + 1; len <= n + 64; len += (len < n + 9 ? 1 : 8)) {
+    char what[64];
+    emct_write_file(q, g, len);
+    snprintf(what, sizeof what, "%zu bytes appended", len - n);
+    expect_open_fails(q, EMC_ECORRUPT, what);
+  }
+  free(g);
+  free(f);
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* A larger file: flips at a stride plus random positions, and truncation at every section
+ * boundary +-1 plus a stride. */
+START_TEST(corrupt_and_truncate_large) {
+  char dir[4096], p[4200], q[4200];
+  emc_store *s = large_store(), *o = NULL;
+  unsigned char *f, *g;
+  size_t n, pos, stride, k, n_rand = (size_t)emct_scale(300, 3);
+  uint64_t rng = 0x1a29e;
+  layout L;
+  size_t cuts[64], nc = 0;
+  uint32_t i;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "large.emc");
+  path_in(q, sizeof q, dir, "bad.emc");
+  EMCT_OK(emc_store_save(s, p));
+  f = emct_read_file(p, &n);
+  parse_file(f, n, &L);
+  ck_assert_uint_gt(n, 200000);
+  g = malloc(n);
+  ck_assert(g != NULL);
+  stride = n / emct_scale(600, 4) + 1;
+  for (pos = 0; pos < n; pos += stride) {
+    char what[64];
+    memcpy(g, f, n);
+    g[pos] ^= (unsigned char)(1u << (pos % 8));
+    emct_write_file(q, g, n);
+    snprintf(what, sizeof what, "byte %zu of %zu", pos, n);
+    expect_open_fails(q, EMC_ECORRUPT, what);
+  }
+  for (k = 0; k < n_rand; k++) {
+    char what[64];
+    pos = (size_t)rng_below(&rng, n);
+    memcpy(g, f, n);
+    g[pos] ^= (unsigned char)(1u + rng_below(&rng, 255));
+    emct_write_file(q, g, n);
+    snprintf(what, sizeof what, "random byte %zu of %zu", pos, n);
+    expect_open_fails(q, EMC_ECORRUPT, what);
+  }
+  /* every section boundary, +-1 */
+  cuts[nc++] = 64;
+  for (i = 0; i < L.n_tables; i++) cuts[nc++] = L.desc_off[i];
+  cuts[nc++] = L.desc_sum;
+  cuts[nc++] = L.desc_sum + 8;
+  for (i = 0; i < L.n_tables; i++) {
+    cuts[nc++] = L.data_off[i];
+    cuts[nc++] = L.data_off[i] + L.data_len[i];
+    cuts[nc++] = L.data_off[i] + L.data_len[i] + 8;
+  }
+  for (k = 0; k < nc; k++) {
+    int d;
+    for (d = -1; d <= 1; d++) {
+      size_t len = cuts[k] + (size_t)(long)d;
+      char what[64];
+      if (len >= n) continue;
+      emct_write_file(q, f, len);
+      snprintf(what, sizeof what, "truncated to %zu of %zu", len, n);
+      expect_open_fails(q, EMC_ECORRUPT, what);
+    }
+  }
+  for (k = 0; k < 8; k++) {
+    size_t len = k < 2 ? k : k == 7 ? n - 1 : (size_t)rng_below(&rng, n);
+    char what[64];
+    emct_write_file(q, f, len);
+    snprintf(what, sizeof what, "truncated to %zu of %zu", len, n);
+    expect_open_fails(q, EMC_ECORRUPT, what);
+  }
+  EMCT_OK(emc_store_open(p, &o));
+  {
+    size_t n2;
+    unsigned char *f2;
+    EMCT_OK(emc_store_save(o, q));
+    f2 = emct_read_file(q, &n2);
+    REQUIRE(n2 == n && memcmp(f2, f, n) == 0, "large store did not round-trip");
+    free(f2);
+  }
+  emc_store_destroy(o);
+  free(f);
+  free(g);
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* Field edits with every checksum recomputed: the semantic checks (not the checksums) must
+ * reject them. A valid edit (hashed capacity 6 -> 7) is the control. */
+START_TEST(crafted_fields_rejected) {
+  char dir[4096], p[4200], q[4200];
+  emc_store *s = small_store(NULL), *o = NULL;
+  unsigned char *f, *g;
+  size_t n;
+  layout L;
+  int k;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "small.emc");
+  path_in(q, sizeof q, dir, "crafted.emc");
+  EMCT_OK(emc_store_save(s, p));
+  f = emct_read_file(p, &n);
+  parse_file(f, n, &L);
+  g = malloc(n);
+  ck_assert(g != NULL);
+  /* controls: recomputing unchanged sums is the identity; a valid edit opens */
+  memcpy(g, f, n);
+  fix_sums(g, &L);
+  ck_assert(memcmp(g, f, n) == 0);
+  wr64(g + L.desc_off[1] + 16, 7); /* hashed capacity 6 -> 7 */
+  fix_sums(g, &L);
+  emct_write_file(q, g, n);
+  EMCT_OK(emc_store_open(q, &o));
+  {
+    emc_table_desc d;
+    EMCT_OK(emc_store_table(o, 1, &d));
+    ck_assert_uint_eq(d.rows, 7);
+  }
+  emc_store_destroy(o);
+  o = NULL;
+
+  for (k = 0;; k++) {
+    const char *what = NULL;
+    size_t d0 = L.desc_off[0], d1 = L.desc_off[1];
+    memcpy(g, f, n);
+    switch (k) {
+      case 0: what = "magic"; g[3] = 'x'; break;
+      case 1: what = "version 2"; wr32(g + 8, 2); break;
+      case 2: what = "version 0"; wr32(g + 8, 0); break;
+      case 3: what = "n_tables 0"; wr32(g + 12, 0); break;
+      case 4: what = "n_tables 2"; wr32(g + 12, 2); break;
+      case 5: what = "n_tables 4"; wr32(g + 12, 4); break;
+      case 6: what = "n_tables 4097"; wr32(g + 12, EMC_MAX_TABLES + 1u); break;
+      case 7: what = "desc_bytes + 8"; wr64(g + 16, L.desc_bytes + 8); break;
+      case 8: what = "desc_bytes 0"; wr64(g + 16, 0); break;
+      case 9: what = "file_bytes + 1"; wr64(g + 24, n + 1); break;
+      case 10: what = "file_bytes - 1"; wr64(g + 24, n - 1); break;
+      case 11: what = "kind 2"; wr32(g + d0, 2); break;
+      case 12: what = "dtype 2"; wr32(g + d0 + 4, 2); break;
+      case 13: what = "dim 0"; wr32(g + d0 + 8, 0); break;
+      case 14: what = "dim 4 (data size)"; wr32(g + d0 + 8, 4); break;
+      case 15: what = "dim huge"; wr32(g + d0 + 8, EMC_MAX_DIM + 1u); break;
+      case 16: what = "name_len 256"; wr32(g + d0 + 12, 256); break;
+      case 17: what = "name_len 0"; wr32(g + d0 + 12, 0); break;
+      case 18: what = "name_len 8"; wr32(g + d0 + 12, 8); break;
+      case 19: what = "dense rows 6 (count 5)"; wr64(g + d0 + 16, 6); break;
+      case 20: what = "dense rows 0"; wr64(g + d0 + 16, 0); break;
+      case 21: what = "dense count 4"; wr64(g + d0 + 24, 4); break;
+      case 22: what = "hashed count 7 > rows 6"; wr64(g + d1 + 24, 7); break;
+      case 23: what = "hashed count 2 (data size)"; wr64(g + d1 + 24, 2); break;
+      case 24: what = "data_bytes + 4"; wr64(g + d0 + 32, rd64(g + d0 + 32) + 4); break;
+      case 25: what = "NUL in name"; g[d0 + 40 + 2] = 0; break;
+      case 26: what = "duplicate hashed id"; wr64(g + L.data_off[1] + 8, rd64(g + L.data_off[1])); break;
+      case 27: what = "hashed rows > 2^40"; wr64(g + d1 + 16, EMC_MAX_ROWS + 1u); break;
+      case 28: what = "kind dense->hashed"; wr32(g + d0, 1); break;
+      case 29: what = "dtype f32->f16"; wr32(g + d0 + 4, 1); break;
+      default: break;
+    }
+    if (!what) break;
+    fix_sums(g, &L);
+    emct_write_file(q, g, n);
+    expect_open_fails(q, EMC_ECORRUPT, what);
+    REQUIRE(strstr(emc_last_error_detail(), "checksum") == NULL,
+                  "%s: rejected by a checksum, not by the field check (%s)", what,
+                  emc_last_error_detail());
+  }
+  free(f);
+  free(g);
+  emc_store_destroy(s);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* Files that are not stores: EMC_ECORRUPT; paths that cannot be read as files: EMC_EIO. */
+START_TEST(foreign_files_and_bad_paths) {
+  static const size_t sizes[] = {0, 1, 8, 63, 64, 65, 100, 4096};
+  char dir[4096], p[4200], sub[4200];
+  unsigned char buf[4096];
+  uint64_t rng = 0xf0e1;
+  size_t i, j;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "foreign.bin");
+  for (i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    char what[64];
+    for (j = 0; j < sizes[i]; j++) buf[j] = (unsigned char)rng_next(&rng);
+    emct_write_file(p, buf, sizes[i]);
+    snprintf(what, sizeof what, "%zu random bytes", sizes[i]);
+    expect_open_fails(p, EMC_ECORRUPT, what);
+  }
+  {
+    const char *txt = "name,rows,dim\nusers,1000,64\nitems,500000,32\n"
+                      "this is a CSV file, not an embcache store; it is long enough for a header.\n";
+    emct_write_file(p, txt, strlen(txt));
+    expect_open_fails(p, EMC_ECORRUPT, "text file");
+  }
+  /* right magic, garbage after it */
+  for (j = 0; j < sizeof buf; j++) buf[j] = (unsigned char)rng_next(&rng);
+  memcpy(buf, "EMBCSTOR", 8);
+  emct_write_file(p, buf, sizeof buf);
+  expect_open_fails(p, EMC_ECORRUPT, "magic + garbage");
+  /* 64 zero bytes */
+  memset(buf, 0, 64);
+  emct_write_file(p, buf, 64);
+  expect_open_fails(p, EMC_ECORRUPT, "zero header");
+
+  path_in(p, sizeof p, dir, "does_not_exist.emc");
+  expect_open_fails(p, EMC_EIO, "nonexistent file");
+  REQUIRE(strstr(emc_last_error_detail(), strerror(ENOENT)) != NULL, "detail: %s",
+                emc_last_error_detail());
+  path_in(p, sizeof p, dir, "no_dir/x.emc");
+  expect_open_fails(p, EMC_EIO, "nonexistent directory");
+  expect_open_fails(dir, EMC_EIO, "a directory");
+  path_in(sub, sizeof sub, dir, "subdir");
+  ck_assert(mkdir(sub, 0700) == 0);
+  expect_open_fails(sub, EMC_EIO, "an empty directory");
+  expect_open_fails("", EMC_EIO, "empty path");
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* A FIFO is not a regular file: emc_store_open must return EMC_EIO, not block waiting for a
+ * writer. Run in a child so a blocked open cannot hang the suite (2 s limit). */
+START_TEST(open_fifo_does_not_block) {
+  char dir[4096], p[4200];
+  pid_t pid;
+  int status = 0, waited_ms = 0;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "fifo.emc");
+  ck_assert(mkfifo(p, 0600) == 0);
+  pid = fork();
+  ck_assert(pid >= 0);
+  if (pid == 0) {
+    emc_store *o = OUT_SENTINEL;
+    emc_status st = emc_store_open(p, &o);
+    _exit(st == EMC_EIO && o == OUT_SENTINEL ? 0 : 10 + (int)st);
+  }
+  while (waitpid(pid, &status, WNOHANG) == 0 && waited_ms < 2000) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    waited_ms += 10;
+  }
+  if (waited_ms >= 2000) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    unlink(p);
+    emct_rmdir(dir);
+    ck_abort_msg("emc_store_open on a FIFO blocked for 2 s (it opens before checking the file type)");
+  }
+  unlink(p);
+  emct_rmdir(dir);
+  REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "emc_store_open on a FIFO: exit %d (want EMC_EIO, *out untouched)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+END_TEST
+
+static int dir_has_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int found = 0;
+  ck_assert(d != NULL);
+  while ((e = readdir(d)) != NULL)
+    if (strstr(e->d_name, ".tmp.") != NULL) found = 1;
+  closedir(d);
+  return found;
+}
+
+/* Save failures: EMC_EIO with the errno text; no temporary file left; an existing file at the
+ * path is kept whole when the new one cannot be written. */
+START_TEST(save_errors) {
+  char dir[4096], p[8800], sub[4200], tmpdir_path[8900];
+  emc_store *s = small_store(NULL), *o = NULL;
+  unsigned char *before, *after;
+  size_t nb, na;
+  emct_tmpdir(dir, sizeof dir);
+  /* a missing directory */
+  path_in(p, sizeof p, dir, "missing/x.emc");
+  ST_FRESH(emc_store_save(s, p), EMC_EIO);
+  REQUIRE(strstr(emc_last_error_detail(), strerror(ENOENT)) != NULL, "detail: %s",
+                emc_last_error_detail());
+  /* a regular file as the parent */
+  path_in(p, sizeof p, dir, "plain");
+  emct_write_file(p, "x", 1);
+  path_in(p, sizeof p, dir, "plain/x.emc");
+  ST_FRESH(emc_store_save(s, p), EMC_EIO);
+  REQUIRE(strstr(emc_last_error_detail(), strerror(ENOTDIR)) != NULL, "detail: %s",
+                emc_last_error_detail());
+  /* the path is an existing (non-empty) directory: the rename fails, the temporary is removed */
+  path_in(sub, sizeof sub, dir, "adir");
+  ck_assert(mkdir(sub, 0700) == 0);
+  path_in(p, sizeof p, sub, "keep");
+  emct_write_file(p, "k", 1);
+  ST_FRESH(emc_store_save(s, sub), EMC_EIO);
+  REQUIRE(!dir_has_tmp(dir), "a temporary file was left behind in %s", dir);
+  {
+    struct stat sb;
+    ck_assert(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode));
+    ck_assert(stat(p, &sb) == 0 && sb.st_size == 1);
+  }
+  /* an existing store file whose temporary cannot be created: EIO, the old file unchanged */
+  path_in(p, sizeof p, dir, "store.emc");
+  {
+    emc_store *other;
+    emc_table_desc td = {"other", EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F32};
+    EMCT_OK(emc_store_create(&td, 1, &other));
+    EMCT_OK(emc_store_fill_uniform(other, 0, -1, 1, 4));
+    EMCT_OK(emc_store_save(other, p));
+    emc_store_destroy(other);
+  }
+  before = emct_read_file(p, &nb);
+  snprintf(tmpdir_path, sizeof tmpdir_path, "%s.tmp.%ld", p, (long)getpid());
+  ck_assert(mkdir(tmpdir_path, 0700) == 0);
+  ST_FRESH(emc_store_save(s, p), EMC_EIO);
+  after = emct_read_file(p, &na);
+  REQUIRE(na == nb && memcmp(before, after, nb) == 0, "failed save changed the existing file");
+  free(after);
+  ck_assert(rmdir(tmpdir_path) == 0);
+  REQUIRE(!dir_has_tmp(dir), "a temporary was left behind");
+  /* and a normal save over it succeeds and replaces it */
+  EMCT_OK(emc_store_save(s, p));
+  REQUIRE(!dir_has_tmp(dir), "a temporary was left behind after a good save");
+  EMCT_OK(emc_store_open(p, &o));
+  ck_assert_uint_eq(emc_store_n_tables(o), 3);
+  emc_store_destroy(o);
+  free(before);
+  emc_store_destroy(s);
+  emct_rmdir(sub);
+  emct_rmdir(dir);
+}
+END_TEST
+
+/* The small store round-trips every row through save/open (the reference of small_store). */
+START_TEST(small_store_roundtrip_ref) {
+  char dir[4096], p[4200];
+  refstore ref;
+  emc_store *s = small_store(&ref), *o = NULL;
+  emct_tmpdir(dir, sizeof dir);
+  path_in(p, sizeof p, dir, "s.emc");
+  ref.desc[2].name = "t2";
+  EMCT_OK(emc_store_save(s, p));
+  EMCT_OK(emc_store_open(p, &o));
+  ref_check(&ref, s, "small");
+  ref_check(&ref, o, "small opened");
+  emc_store_destroy(o);
+  emc_store_destroy(s);
+  ref_free(&ref);
+  emct_rmdir(dir);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("store");
+  TCase *tc = tcase_create("store");
+  TCase *tf = tcase_create("files");
+  SRunner *sr;
+  int failed;
+  tcase_add_test(tc, create_and_describe);
+  tcase_add_test(tc, create_bad_args);
+  tcase_add_loop_test(tc, write_read_roundtrip, 0, 3);
+  tcase_add_test(tc, write_duplicates_last_wins);
+  tcase_add_test(tc, hashed_capacity_exhaustion);
+  tcase_add_test(tc, fill_uniform_matches_uniform_row);
+  tcase_add_test(tc, uniform_row_values);
+  tcase_add_test(tc, bad_args_leave_store_unchanged);
+  tcase_add_test(tc, attached_cache_refuses_writes);
+  tcase_set_timeout(tc, emct_timeout(60));
+  tcase_add_test(tf, save_open_roundtrip);
+  tcase_add_test(tf, small_store_roundtrip_ref);
+  tcase_add_test(tf, corrupt_every_byte_small);
+  tcase_add_test(tf, truncate_every_length_small);
+  tcase_add_test(tf, corrupt_and_truncate_large);
+  tcase_add_test(tf, crafted_fields_rejected);
+  tcase_add_test(tf, foreign_files_and_bad_paths);
+  tcase_add_test(tf, save_errors);
+  tcase_add_test(tf, open_fifo_does_not_block);
+  tcase_set_timeout(tf, emct_timeout(60));
+  suite_add_tcase(s, tc);
+  suite_add_tcase(s, tf);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
