@@ -528,69 +528,6 @@ static void assert_workers(const worker *wk, uint32_t n, const char *role, const
     ck_assert_msg(!wk[i].failed, "%s: %s %u: %s", what, role, i, wk[i].err);
 }
 
-/* emct_check_cache (common.c) plus the per-table sums, spelled out so a failure names the
- * concurrent case. Readers restamp slots while a pass runs; the pass must still end at or
- * below t2 (it finishes in arena order when restamped slots escaped its cut). */
-static void check_cache_concurrent(emc_cache *c, const emct_world *w, int no_inserts,
-                                   const char *what, uint64_t *passes_above_low) {
-  emc_stats s;
-  emc__cache_debug d;
-  emc_status st = emc__cache_check(c);
-  uint64_t sum_rows = 0, sum_bytes = 0;
-  uint32_t t;
-  ck_assert_msg(st == EMC_OK, "%s: emc__cache_check: %s (%s)", what, emc_status_name(st),
-                emc_last_error_detail());
-  EMCT_OK(emc_get_stats(c, &s));
-  EMCT_OK(emc__cache_get_debug(c, &d));
-  for (t = 0; t < w->n; t++) {
-    uint64_t r = 0;
-    EMCT_OK(emc_get_table_rows_cached(c, t, &r));
-    sum_rows += r;
-    sum_bytes += r * emc__row_stride(w->row_bytes[t]);
-  }
-  ck_assert_msg(s.hits + s.misses + s.absent == s.lookups,
-                "%s: hits %llu + misses %llu + absent %llu != lookups %llu", what,
-                (unsigned long long)s.hits, (unsigned long long)s.misses,
-                (unsigned long long)s.absent, (unsigned long long)s.lookups);
-  ck_assert_msg(sum_rows == s.rows_cached, "%s: per-table rows cached sum %llu != rows_cached %llu",
-                what, (unsigned long long)sum_rows, (unsigned long long)s.rows_cached);
-  ck_assert_msg(sum_bytes == s.bytes_in_use,
-                "%s: sum of rows * stride %llu != bytes_in_use %llu", what,
-                (unsigned long long)sum_bytes, (unsigned long long)s.bytes_in_use);
-  ck_assert_msg(s.bytes_in_use <= d.high_bytes,
-                "%s: bytes_in_use %llu > t1 * capacity %llu after a call", what,
-                (unsigned long long)s.bytes_in_use, (unsigned long long)d.high_bytes);
-  ck_assert_msg(d.calls_above_high == 0, "%s: %llu calls returned above t1 * capacity", what,
-                (unsigned long long)d.calls_above_high);
-  ck_assert_msg(d.max_bytes_after_pass <= d.low_bytes && d.passes_above_low == 0,
-                "%s: %llu passes ended above t2; the largest left %llu bytes > t2 * capacity %llu",
-                what, (unsigned long long)d.passes_above_low,
-                (unsigned long long)d.max_bytes_after_pass, (unsigned long long)d.low_bytes);
-  ck_assert_msg(d.passes == s.evict_passes, "%s: debug passes %llu != stats evict_passes %llu",
-                what, (unsigned long long)d.passes, (unsigned long long)s.evict_passes);
-  ck_assert_msg(s.capacity_bytes == c->cfg.capacity_bytes, "%s: capacity_bytes %llu != %zu", what,
-                (unsigned long long)s.capacity_bytes, c->cfg.capacity_bytes);
-  if (no_inserts) {
-    ck_assert_msg(s.rows_cached + s.evictions == s.admissions,
-                  "%s: resident %llu + evicted %llu != admitted %llu", what,
-                  (unsigned long long)s.rows_cached, (unsigned long long)s.evictions,
-                  (unsigned long long)s.admissions);
-    ck_assert_msg(s.dirty_rows == 0 && s.writebacks == 0,
-                  "%s: dirty %llu writebacks %llu without inserts", what,
-                  (unsigned long long)s.dirty_rows, (unsigned long long)s.writebacks);
-  } else {
-    ck_assert_msg(s.rows_cached + s.evictions >= s.admissions &&
-                      s.rows_cached + s.evictions <= s.admissions + s.inserts,
-                  "%s: resident %llu + evicted %llu outside [admitted %llu, admitted + inserts %llu]",
-                  what, (unsigned long long)s.rows_cached, (unsigned long long)s.evictions,
-                  (unsigned long long)s.admissions,
-                  (unsigned long long)(s.admissions + s.inserts));
-    ck_assert_msg(s.dirty_rows <= s.rows_cached, "%s: dirty %llu > resident %llu", what,
-                  (unsigned long long)s.dirty_rows, (unsigned long long)s.rows_cached);
-  }
-  if (passes_above_low) *passes_above_low = d.passes_above_low;
-}
-
 /* Read every rank of every table from the store and check it holds generation done[t][r]. */
 static void check_store_final(const shared *sh, const char *what) {
   uint32_t t;
@@ -686,7 +623,6 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
   run_totals tot;
   uint32_t t, i;
   int static_mode = rc->writers == 0;
-  uint64_t above_low = 0;
   char what[128];
 
   emct_world_init(&w, rc->spec, rc->n, 1.0, seed);
@@ -827,7 +763,7 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
                 what, (unsigned long long)s.evictions, (unsigned long long)s.evict_passes);
   ck_assert_msg(s.admissions > 0, "%s: no admissions", what);
   if (!static_mode) ck_assert_msg(s.writebacks > 0, "%s: no write-backs", what);
-  check_cache_concurrent(sh.c, &w, static_mode, what, &above_low);
+  emct_check_cache(sh.c, &w, static_mode, what);
 
   if (static_mode) {
     emct_world_check_store(&w, what); /* lookups never change the store */
@@ -838,7 +774,7 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
                   (unsigned long long)s.dirty_rows);
     check_store_final(&sh, what);
     check_lookup_final(&sh, what);
-    check_cache_concurrent(sh.c, &w, 0, what, NULL);
+    emct_check_cache(sh.c, &w, 0, what);
   }
   EMCT_OK(emc_cache_destroy(sh.c));
   if (static_mode) emct_world_check_store(&w, what);
@@ -848,14 +784,14 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
     fprintf(stderr,
             "%s: %llu lookups (hits %llu, misses %llu, absent %llu, unified %llu, retries %llu"
             "), %llu inserts, %llu admissions (%llu skipped), %llu evictions "
-            "in %llu passes (%llu ended above t2), %llu write-backs, %llu refused lookups\n",
+            "in %llu passes, %llu write-backs, %llu refused lookups\n",
             what, (unsigned long long)s.lookups, (unsigned long long)s.hits,
             (unsigned long long)s.misses, (unsigned long long)s.absent,
             (unsigned long long)s.unified_hits, (unsigned long long)s.retries,
             (unsigned long long)s.inserts,
             (unsigned long long)s.admissions, (unsigned long long)s.admit_skipped,
             (unsigned long long)s.evictions, (unsigned long long)s.evict_passes,
-            (unsigned long long)above_low, (unsigned long long)s.writebacks, (unsigned long long)tot.range_errors);
+            (unsigned long long)s.writebacks, (unsigned long long)tot.range_errors);
 
   for (t = 0; t < rc->n; t++) {
     free(sh.started[t]);
