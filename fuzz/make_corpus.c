@@ -116,7 +116,7 @@ static void keycodec_seeds(void) {
 static unsigned char *slurp(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   unsigned char *b;
-  long len;
+  long len = -1;
   if (!f || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
     die(path);
   b = malloc((size_t)len + 1);
