@@ -521,6 +521,34 @@ static void drop_old_host_entries(emc_cache *c, uint64_t now, uint64_t cutoff) {
   }
 }
 
+/* Evict live slots, in arena order, whose stamp bucket ((stamp - min_stamp) / width, stamps
+ * clamped into [min_stamp, now]) is <= max_bucket, until freed >= need. Returns freed. */
+static uint64_t evict_upto(emc_cache *c, uint64_t now, uint64_t min_stamp, uint64_t width,
+                           uint64_t max_bucket, uint64_t need, uint64_t freed) {
+  emc__host_cache *h = c->host;
+  uint32_t p;
+  for (p = 0; p < h->n_pages && freed < need; p++) {
+    emc__page_hdr *ph = hdr_at(h, p);
+    uint32_t t = (uint32_t)ph->tag, s;
+    const emc__page_layout *L;
+    unsigned char *pg = (unsigned char *)ph;
+    if (t == EMC__PAGE_NONE) continue;
+    L = &h->layout[t];
+    for (s = 0; s < L->n_slots && freed < need; s++) {
+      uint64_t st;
+      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
+      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
+      if (st > now) st = now;
+      if (st < min_stamp) st = min_stamp; /* a reader restamped it since scan 1 */
+      if ((st - min_stamp) / width > max_bucket) continue;
+      freed += L->stride;
+      evict_slot(c, t, p, s);
+      if ((uint32_t)ph->tag != t) break; /* the page went back to the arena */
+    }
+  }
+  return freed;
+}
+
 /* One eviction pass: free least-recently-used slots until bytes in use <= t2 * capacity. */
 static void evict_pass(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
@@ -572,64 +600,12 @@ static void evict_pass(emc_cache *c, uint64_t now) {
     if (acc >= need) break;
   }
   cut = b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
-  /* scan 3: free every slot in buckets below the cut, and from the cut bucket until done */
-  for (p = 0; p < h->n_pages && freed < need; p++) {
-    emc__page_hdr *ph = hdr_at(h, p);
-    uint32_t t = (uint32_t)ph->tag, s;
-    const emc__page_layout *L;
-    unsigned char *pg = (unsigned char *)ph;
-    if (t == EMC__PAGE_NONE) continue;
-    L = &h->layout[t];
-    for (s = 0; s < L->n_slots; s++) {
-      uint64_t st;
-      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
-      if (st > now) st = now;
-      if (st < min_stamp) st = min_stamp;
-      if ((st - min_stamp) / width < cut) {
-        freed += L->stride;
-        evict_slot(c, t, p, s);
-      }
-      if ((uint32_t)ph->tag != t) break; /* the page went back to the arena */
-    }
-  }
-  /* the cut bucket itself, in arena order, until enough is free */
-  for (p = 0; p < h->n_pages && freed < need; p++) {
-    emc__page_hdr *ph = hdr_at(h, p);
-    uint32_t t = (uint32_t)ph->tag, s;
-    const emc__page_layout *L;
-    unsigned char *pg = (unsigned char *)ph;
-    if (t == EMC__PAGE_NONE) continue;
-    L = &h->layout[t];
-    for (s = 0; s < L->n_slots && freed < need; s++) {
-      uint64_t st;
-      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
-      if (st > now) st = now;
-      if (st < min_stamp) st = min_stamp;
-      if ((st - min_stamp) / width <= cut) {
-        freed += L->stride;
-        evict_slot(c, t, p, s);
-        if ((uint32_t)ph->tag != t) break; /* the page went back to the arena */
-      }
-    }
-  }
-  /* readers that touched slots since the histogram moved them above the cut; whatever is
-   * still missing goes in arena order, so every pass ends at or below t2 */
-  for (p = 0; p < h->n_pages && freed < need; p++) {
-    emc__page_hdr *ph = hdr_at(h, p);
-    uint32_t t = (uint32_t)ph->tag, s;
-    const emc__page_layout *L;
-    unsigned char *pg = (unsigned char *)ph;
-    if (t == EMC__PAGE_NONE) continue;
-    L = &h->layout[t];
-    for (s = 0; s < L->n_slots && freed < need; s++) {
-      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      freed += L->stride;
-      evict_slot(c, t, p, s);
-      if ((uint32_t)ph->tag != t) break; /* the page went back to the arena */
-    }
-  }
+  /* scan 3: every slot in buckets below the cut (together less than need), then the cut
+   * bucket in arena order until enough is free; then, if readers restamped slots above the
+   * cut since scan 2, anything in arena order, so every pass ends at or below t2 */
+  if (cut > 0) freed = evict_upto(c, now, min_stamp, width, cut - 1, need, freed);
+  freed = evict_upto(c, now, min_stamp, width, cut, need, freed);
+  freed = evict_upto(c, now, min_stamp, width, UINT64_MAX, need, freed);
   /* Unified entries of earlier passes' victims (all older than anything still cached) go
    * once the unified index is three-quarters full; this pass's victims stay. */
   if (h->host_entries > 0 && h->host_entries >= c->cfg.unified_index_rows - c->cfg.unified_index_rows / 4)
