@@ -368,6 +368,20 @@ EMC_HD uint32_t emc__store_stripe(uint32_t table, uint64_t row) {
   return (uint32_t)(emc__fmix64(((uint64_t)table << 40) ^ row) & (EMC__STORE_STRIPES - 1u));
 }
 
+/* Hashed tables' id -> row map (the store's flat open addressing, lib/store.c): the row of
+ * id, or -1 when absent. map_rowp1[i] is row + 1 (0 = empty), published after map_ids[i]. */
+EMC_HD int64_t emc__map_find(const uint64_t *map_ids, const uint64_t *map_rowp1, uint64_t map_cap,
+                             uint64_t id) {
+  uint64_t i = emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (map_cap - 1u), n;
+  for (n = 0; n < map_cap; n++) {
+    uint64_t rp = EMC_LD_ACQUIRE(&map_rowp1[i]);
+    if (rp == 0) return -1;
+    if (EMC_LD_RELAXED(&map_ids[i]) == id) return (int64_t)(rp - 1u);
+    i = (i + 1u) & (map_cap - 1u);
+  }
+  return -1;
+}
+
 /* ------------------------------------------------------------------- f16 */
 /* binary32 -> binary16, round to nearest even; NaN stays NaN, overflow gives infinity. */
 EMC_HD uint16_t emc__f32_to_f16(float f) {

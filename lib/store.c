@@ -181,19 +181,13 @@ emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *o
 }
 
 /* ----------------------------------------------------------------- hashed map */
+/* must match emc__map_find's home slot */
 static uint64_t map_home(const emc__table *t, uint64_t id) {
   return emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (t->map_cap - 1u);
 }
 
 int64_t emc__store_find(const emc__table *t, uint64_t id) {
-  uint64_t i = map_home(t, id), n;
-  for (n = 0; n < t->map_cap; n++) {
-    uint64_t rp = EMC_LD_ACQUIRE(&t->map_rowp1[i]);
-    if (rp == 0) return -1;
-    if (EMC_LD_RELAXED(&t->map_ids[i]) == id) return (int64_t)(rp - 1u);
-    i = (i + 1u) & (t->map_cap - 1u);
-  }
-  return -1;
+  return emc__map_find(t->map_ids, t->map_rowp1, t->map_cap, id);
 }
 
 int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const void *init) {
