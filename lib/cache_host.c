@@ -102,12 +102,51 @@ static inline uint64_t *slot_stamp(const emc__host_cache *h, uint64_t p, uint32_
   return h->stamps + p * h->max_slots + s;
 }
 
+/* ================================================================= pool geometry */
+emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_layout *layout) {
+  const emc_store *s = c->store;
+  uint32_t t, n = s->n_tables, max_stride = 0;
+  uint64_t min_page_rows_bytes = UINT64_MAX, p;
+  memset(g, 0, sizeof *g);
+  for (t = 0; t < n; t++)
+    if (s->tables[t].stride > max_stride) max_stride = s->tables[t].stride;
+  g->high_bytes = (uint64_t)((double)c->cfg.capacity_bytes * c->cfg.evict_high);
+  g->low_bytes = (uint64_t)((double)c->cfg.capacity_bytes * c->cfg.evict_low);
+  if (g->high_bytes < max_stride || g->low_bytes == 0)
+    return EMC_FAIL(EMC_EINVAL,
+                    "capacity_bytes %zu with t2 = %g, t1 = %g leaves no room for one row of %u bytes",
+                    c->cfg.capacity_bytes, (double)c->cfg.evict_low, (double)c->cfg.evict_high,
+                    max_stride);
+  /* Page size: a power of two holding >= 8 rows of the widest table; larger (up to 256 KiB)
+   * while the budget still spans >= 8 pages per table, to keep per-page overhead low. */
+  g->page_bytes = 4096;
+  while (emc__layout_for(g->page_bytes, max_stride).n_slots < 8) g->page_bytes <<= 1;
+  while (g->page_bytes < (256u << 10) && c->cfg.capacity_bytes / (g->page_bytes * 2) >= 8ull * n)
+    g->page_bytes <<= 1;
+  for (t = 0; t < n; t++) {
+    layout[t] = emc__layout_for(g->page_bytes, s->tables[t].stride);
+    if ((uint64_t)layout[t].n_slots * layout[t].stride < min_page_rows_bytes)
+      min_page_rows_bytes = (uint64_t)layout[t].n_slots * layout[t].stride;
+    if (layout[t].n_slots > g->max_slots) g->max_slots = layout[t].n_slots;
+  }
+  /* Enough pages for capacity_bytes of rows in the least dense layout, plus one partly used
+   * page per table. */
+  p = (c->cfg.capacity_bytes + min_page_rows_bytes - 1) / min_page_rows_bytes + n;
+  if (p > 0x7fffffffull || p * g->max_slots > 0xffffffffull)
+    return EMC_FAIL(EMC_EINVAL, "capacity_bytes %zu needs too many pages", c->cfg.capacity_bytes);
+  g->n_pages = (uint32_t)p;
+  g->max_stride = max_stride;
+  return EMC_OK;
+}
+
 /* ================================================================= create/destroy */
 emc_status emc__host_create(emc_cache *c) {
   emc__host_cache *h;
   const emc_store *s = c->store;
-  uint32_t t, n = s->n_tables, max_stride = 0, max_slots = 0;
-  uint64_t min_page_rows_bytes = UINT64_MAX, max_live, p;
+  uint32_t t, n = s->n_tables, max_slots = 0;
+  uint64_t max_live, p;
+  emc__pool_geom g;
+  emc_status st;
   if (!(h = calloc(1, sizeof *h))) return EMC_FAIL(EMC_ENOMEM, "cache state");
   c->host = h;
   h->layout = calloc(n, sizeof *h->layout);
@@ -119,41 +158,17 @@ emc_status emc__host_create(emc_cache *c) {
     emc__host_destroy(c);
     return EMC_FAIL(EMC_ENOMEM, "cache tables");
   }
-  for (t = 0; t < n; t++)
-    if (s->tables[t].stride > max_stride) max_stride = s->tables[t].stride;
-
-  h->high_bytes = (uint64_t)((double)c->cfg.capacity_bytes * c->cfg.evict_high);
-  h->low_bytes = (uint64_t)((double)c->cfg.capacity_bytes * c->cfg.evict_low);
-  if (h->high_bytes < max_stride || h->low_bytes == 0) {
+  if ((st = emc__pool_geometry(c, &g, h->layout)) != EMC_OK) {
     emc__host_destroy(c);
-    return EMC_FAIL(EMC_EINVAL,
-                    "capacity_bytes %zu with t2 = %g, t1 = %g leaves no room for one row of %u bytes",
-                    c->cfg.capacity_bytes, (double)c->cfg.evict_low, (double)c->cfg.evict_high,
-                    max_stride);
+    return st;
   }
-
-  /* Page size: a power of two holding >= 8 rows of the widest table; larger (up to 256 KiB)
-   * while the budget still spans >= 8 pages per table, to keep per-page overhead low. */
-  h->page_bytes = 4096;
-  while (emc__layout_for(h->page_bytes, max_stride).n_slots < 8) h->page_bytes <<= 1;
-  while (h->page_bytes < (256u << 10) &&
-         c->cfg.capacity_bytes / (h->page_bytes * 2) >= 8ull * n)
-    h->page_bytes <<= 1;
-  for (t = 0; t < n; t++) {
-    h->layout[t] = emc__layout_for(h->page_bytes, s->tables[t].stride);
-    if ((uint64_t)h->layout[t].n_slots * h->layout[t].stride < min_page_rows_bytes)
-      min_page_rows_bytes = (uint64_t)h->layout[t].n_slots * h->layout[t].stride;
-    if (h->layout[t].n_slots > max_slots) max_slots = h->layout[t].n_slots;
-    h->partial_head[t] = EMC__PAGE_NONE;
-  }
-  /* Enough pages for capacity_bytes of rows in the least dense layout, plus one partly used
-   * page per table. */
-  p = (c->cfg.capacity_bytes + min_page_rows_bytes - 1) / min_page_rows_bytes + n;
-  if (p > 0x7fffffffull) {
-    emc__host_destroy(c);
-    return EMC_FAIL(EMC_EINVAL, "capacity_bytes %zu needs too many pages", c->cfg.capacity_bytes);
-  }
-  h->n_pages = (uint32_t)p;
+  h->high_bytes = g.high_bytes;
+  h->low_bytes = g.low_bytes;
+  h->page_bytes = g.page_bytes;
+  max_slots = g.max_slots;
+  for (t = 0; t < n; t++) h->partial_head[t] = EMC__PAGE_NONE;
+  p = g.n_pages;
+  h->n_pages = g.n_pages;
   h->arena_bytes = (size_t)(p * h->page_bytes);
   h->arena = emc__alloc(h->arena_bytes, 64, 0);
   h->max_slots = max_slots;

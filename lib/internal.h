@@ -148,7 +148,18 @@ struct emc_cache {
   emc_cache_config cfg;   /* effective configuration */
   emc__codec codec;       /* global key codec */
   emc__host_cache *host;  /* host backend state */
+  struct emc__cuda_cache *cuda; /* CUDA backend state */
 };
+
+/* Pool geometry shared by both backends: page size, per-table page layouts (layout[n_tables]),
+ * page count for capacity_bytes, and the t1/t2 byte thresholds. EMC_EINVAL when the budget
+ * cannot hold one row of the widest table. */
+typedef struct emc__pool_geom {
+  uint64_t page_bytes, high_bytes, low_bytes;
+  uint32_t n_pages, max_slots, max_stride;
+} emc__pool_geom;
+EMC_INTERNAL emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g,
+                                           emc__page_layout *layout);
 
 /* Host backend (cache_host.c). Arguments were validated by cache.c; these cannot fail on bad
  * input, only on resources. */
