@@ -4,10 +4,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "embcache.h"
 #include "emc_item.h"
 
 /* Number of CUDA devices, or -1 when the runtime answers with an error (the text in err). */
 int emc__cuda_device_count(char *err, size_t err_len);
+
+/* The CUDA backend (cache_cuda.cu); c->cfg.device has been checked. Same contracts as the
+ * public calls, with pointers in host or device memory (see include/embcache.h). */
+int emc__cuda_available(int device);
+emc_status emc__cuda_create(emc_cache *c);
+void emc__cuda_destroy(emc_cache *c);
+emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, void *out,
+                     uint8_t *where, void *stream);
+emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                     const void *rows, void *stream);
+emc_status emc__cuda_flush(emc_cache *c, void *stream);
+emc_status emc__cuda_stats(const emc_cache *c, emc_stats *out);
+emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, uint64_t *out);
 
 /* Global keys of a batch computed on device 0 by the shared per-item code (host pointers in
  * and out; copies and synchronizes). Returns 1 on success, 0 with the CUDA error in err. */

@@ -35,23 +35,40 @@ static emc_status pick_backend(emc_cache_config *cfg) {
   int n;
 #endif
   if (cfg->backend == EMC_BACKEND_HOST) return EMC_OK;
-  if (cfg->backend == EMC_BACKEND_AUTO) {
-    /* The CUDA backend is not part of this release: AUTO serves from host memory. */
-    cfg->backend = EMC_BACKEND_HOST;
-    return EMC_OK;
-  }
-  if (cfg->backend != EMC_BACKEND_CUDA)
+  if (cfg->backend != EMC_BACKEND_AUTO && cfg->backend != EMC_BACKEND_CUDA)
     return EMC_FAIL(EMC_EINVAL, "backend %d is not AUTO, HOST or CUDA", (int)cfg->backend);
 #ifdef EMC_HAVE_CUDA
   n = emc__cuda_device_count(err, sizeof err);
+  if (cfg->backend == EMC_BACKEND_AUTO) { /* CUDA when a device answers, else host memory */
+    cfg->backend = n > 0 && cfg->device >= 0 && cfg->device < n ? EMC_BACKEND_CUDA : EMC_BACKEND_HOST;
+    return EMC_OK;
+  }
   if (n <= 0) return EMC_FAIL(EMC_ENODEV, "no CUDA device answers (%s)", n < 0 ? err : "0 devices");
   if (cfg->device < 0 || cfg->device >= n)
     return EMC_FAIL(EMC_ENODEV, "device %d, %d present", cfg->device, n);
-  return EMC_FAIL(EMC_EUNSUPPORTED, "the CUDA backend is not implemented in this release");
+  return EMC_OK;
 #else
+  if (cfg->backend == EMC_BACKEND_AUTO) {
+    cfg->backend = EMC_BACKEND_HOST;
+    return EMC_OK;
+  }
   return EMC_FAIL(EMC_EUNSUPPORTED, "embcache was built without CUDA");
 #endif
 }
+
+/* Backend dispatch: every call below has been validated as far as the host can see. */
+#ifdef EMC_HAVE_CUDA
+#define IS_CUDA(c) ((c)->backend == EMC_BACKEND_CUDA)
+#else
+#define IS_CUDA(c) 0
+#define emc__cuda_create(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_destroy(c) ((void)(c))
+#define emc__cuda_lookup(c, i, o, u, w, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_insert(c, i, o, r, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_flush(c, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_stats(c, o) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_table_rows(c, t, o) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#endif
 
 emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, emc_cache **out) {
   emc_cache_config cfg;
@@ -103,7 +120,7 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   c->cfg = cfg;
   c->backend = cfg.backend;
   if ((st = emc__store_attach(store)) != EMC_OK) goto fail;
-  if ((st = emc__host_create(c)) != EMC_OK) {
+  if ((st = IS_CUDA(c) ? emc__cuda_create(c) : emc__host_create(c)) != EMC_OK) {
     emc__store_detach(store);
     goto fail;
   }
@@ -123,8 +140,15 @@ fail:
 
 emc_status emc_cache_destroy(emc_cache *c) {
   if (!c) return EMC_OK;
-  EMC_TRY(emc__host_flush(c));
-  emc__host_destroy(c);
+  if (IS_CUDA(c)) {
+    emc_status st = emc__cuda_flush(c, NULL);
+    /* EMC_ERANGE only reports earlier bad lookup ids: the flush itself completed */
+    if (st != EMC_OK && st != EMC_ERANGE) return st;
+    emc__cuda_destroy(c);
+  } else {
+    EMC_TRY(emc__host_flush(c));
+    emc__host_destroy(c);
+  }
   emc__store_detach(c->store);
   emc__codec_free(&c->codec);
   free(c);
@@ -157,6 +181,7 @@ static emc_status check_batch(const emc_cache *c, const uint64_t *ids, const uin
 
 emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, void *out,
                          uint8_t *where, void *stream) {
+  if (c && IS_CUDA(c)) return emc__cuda_lookup(c, ids, offsets, out, where, stream);
   (void)stream; /* host backend: ignored */
   EMC_TRY(check_batch(c, ids, offsets, out, "out"));
   return emc__host_lookup(c, ids, offsets, out, where);
@@ -169,19 +194,22 @@ emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets
 
 emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                       const void *rows, void *stream) {
+  if (c && IS_CUDA(c)) return emc__cuda_insert(c, ids, offsets, rows, stream);
   (void)stream;
   EMC_TRY(check_batch(c, ids, offsets, rows, "rows"));
   return emc__host_insert(c, ids, offsets, rows);
 }
 
 emc_status emc_flush(emc_cache *c, void *stream) {
-  (void)stream;
   if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
+  if (IS_CUDA(c)) return emc__cuda_flush(c, stream);
+  (void)stream;
   return emc__host_flush(c);
 }
 
 emc_status emc_get_stats(const emc_cache *c, emc_stats *out) {
   if (!c || !out) return EMC_FAIL(EMC_EINVAL, "cache or out is NULL");
+  if (IS_CUDA(c)) return emc__cuda_stats(c, out);
   emc__host_stats(c, out);
   return EMC_OK;
 }
@@ -190,6 +218,7 @@ emc_status emc_get_table_rows_cached(const emc_cache *c, uint32_t table, uint64_
   if (!c || !out) return EMC_FAIL(EMC_EINVAL, "cache or out is NULL");
   if (table >= c->store->n_tables)
     return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, c->store->n_tables);
+  if (IS_CUDA(c)) return emc__cuda_table_rows(c, table, out);
   *out = emc__host_table_rows(c, table);
   return EMC_OK;
 }

@@ -1,0 +1,484 @@
+/*
+ * test_gpu_cache: the CUDA backend against the host backend and the reference model.
+ *
+ * Every scenario builds two identical worlds (same tables, same fill seed), puts a host cache
+ * on one and a CUDA cache on the other, and drives both with the same random batches: lookups
+ * (Zipf or near-uniform ids), inserts of fresh rows, flushes. Every lookup's rows must be the
+ * same bytes on both backends and equal to the reference; at the end both caches are
+ * destroyed (writing back) and both stores must equal the reference. Covered: dims 1..512
+ * (odd ones too), f32 and f16, 32- and 64-bit keys, dense and hashed tables (absent ids too),
+ * heavy eviction, batches larger than the cache, host and device memory for ids/offsets/out,
+ * concurrent lookups on two streams while a third thread inserts, bad ids, a budget above the
+ * device's memory.
+ *
+ * Exits 77 (CTest SKIP_RETURN_CODE) when no CUDA device answers. Check runs NOFORK: CUDA does
+ * not survive fork.
+ */
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "emc_cuda.h"
+
+#define CUDA_OK(call)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (call);                                                               \
+    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));             \
+  } while (0)
+
+typedef struct pair {
+  emct_world wh, wd;  /* host-backend world, CUDA-backend world */
+  emc_cache *ch, *cd;
+} pair;
+
+static void pair_init(pair *p, const emct_tspec *spec, uint32_t n, double alpha, uint64_t seed,
+                      size_t capacity, uint32_t key_bits) {
+  emc_cache_config cfg;
+  emct_world_init(&p->wh, spec, n, alpha, seed);
+  emct_world_init(&p->wd, spec, n, alpha, seed);
+  emc_cache_config_init(&cfg);
+  cfg.capacity_bytes = capacity;
+  cfg.key_bits = key_bits;
+  cfg.unified_index_rows = 4096;
+  cfg.backend = EMC_BACKEND_HOST;
+  EMCT_OK(emc_cache_create(p->wh.store, &cfg, &p->ch));
+  cfg.backend = EMC_BACKEND_CUDA;
+  EMCT_OK(emc_cache_create(p->wd.store, &cfg, &p->cd));
+  ck_assert_int_eq(emc_cache_backend(p->cd), EMC_BACKEND_CUDA);
+}
+
+static void pair_free(pair *p, const char *what) {
+  EMCT_OK(emc_cache_destroy(p->ch));
+  EMCT_OK(emc_cache_destroy(p->cd));
+  emct_world_check_store(&p->wh, what);
+  emct_world_check_store(&p->wd, what);
+  emct_world_free(&p->wh);
+  emct_world_free(&p->wd);
+}
+
+/* Device copies of a batch (ids, offsets, out, where), for the device-pointer paths. */
+typedef struct dbatch {
+  uint64_t *ids, *offsets;
+  unsigned char *out;
+  uint8_t *where;
+} dbatch;
+
+static void dbatch_make(dbatch *d, const uint64_t *ids, uint64_t n, const uint64_t *offsets,
+                        uint32_t nt, size_t bytes) {
+  CUDA_OK(cudaMalloc((void **)&d->ids, n * 8 + 8));
+  CUDA_OK(cudaMalloc((void **)&d->offsets, (nt + 1) * 8));
+  CUDA_OK(cudaMalloc((void **)&d->out, bytes + 16));
+  CUDA_OK(cudaMalloc((void **)&d->where, n + 1));
+  CUDA_OK(cudaMemcpy(d->ids, ids, n * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d->offsets, offsets, (nt + 1) * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d->out, 0xa5, bytes + 16));
+}
+static void dbatch_free(dbatch *d) {
+  cudaFree(d->ids);
+  cudaFree(d->offsets);
+  cudaFree(d->out);
+  cudaFree(d->where);
+}
+
+typedef struct scen {
+  const char *name;
+  double alpha;
+  uint32_t key_bits;
+  size_t capacity;
+  uint64_t per_table;   /* ids per table per batch (random 0 .. 2x) */
+  int batches;
+  int insert_every;     /* 0: no inserts */
+  int device_ptrs;      /* 0 host, 1 device ids/out (host offsets), 2 device offsets too */
+} scen;
+
+static emct_rng trng; /* seeded in main */
+
+static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t seed) {
+  pair p;
+  uint64_t *counts = calloc(nt, 8), *offsets = calloc(nt + 1, 8), *offsets2 = calloc(nt + 1, 8);
+  uint64_t maxn = sc->per_table * 2 * nt + 1, *ids = malloc(maxn * 8), *ranks = malloc(maxn * 8);
+  uint64_t *ids2 = malloc(maxn * 8), *ranks2 = malloc(maxn * 8);
+  int b;
+  char what[160];
+  emc_stats sh, sd;
+  pair_init(&p, spec, nt, sc->alpha, seed, sc->capacity, sc->key_bits);
+  for (b = 0; b < sc->batches; b++) {
+    uint64_t n, i;
+    uint32_t t;
+    size_t bytes;
+    unsigned char *oh, *od;
+    uint8_t *whr, *wdr;
+    for (t = 0; t < nt; t++) counts[t] = emct_rng_next(&trng) % (2 * sc->per_table + 1);
+    n = emct_world_batch(&p.wh, counts, ids, ranks, offsets);
+    /* the CUDA world draws the same batch (same rng) */
+    ck_assert_uint_eq(emct_world_batch(&p.wd, counts, ids2, ranks2, offsets2), n);
+    ck_assert(memcmp(ids, ids2, n * 8) == 0);
+    bytes = emct_world_batch_bytes(&p.wh, offsets);
+    oh = malloc(bytes + 1);
+    od = malloc(bytes + 1);
+    whr = malloc(n + 1);
+    wdr = malloc(n + 1);
+    memset(oh, 0x5a, bytes + 1);
+    memset(od, 0xa5, bytes + 1);
+    snprintf(what, sizeof what, "%s batch %d (%llu ids)", sc->name, b, (unsigned long long)n);
+    EMCT_OK(emc_lookup_ex(p.ch, ids, offsets, oh, whr, NULL));
+    if (sc->device_ptrs) {
+      dbatch d;
+      dbatch_make(&d, ids, n, offsets, nt, bytes);
+      EMCT_OK(emc_lookup_ex(p.cd, d.ids, sc->device_ptrs == 2 ? d.offsets : offsets, d.out,
+                            d.where, NULL));
+      CUDA_OK(cudaMemcpy(od, d.out, bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(wdr, d.where, n, cudaMemcpyDeviceToHost));
+      dbatch_free(&d);
+    } else {
+      EMCT_OK(emc_lookup_ex(p.cd, ids, offsets, od, wdr, NULL));
+    }
+    {
+      long d = emct_first_diff(oh, od, bytes);
+      ck_assert_msg(d < 0, "%s: host and CUDA rows differ at byte %ld of %zu", what, d, bytes);
+    }
+    emct_world_check_rows(&p.wd, ranks, offsets, od, wdr, what);
+    for (i = 0; i < n; i++) /* absent is absent on both; cache vs store may differ */
+      ck_assert_msg((whr[i] == EMC_WHERE_ABSENT) == (wdr[i] == EMC_WHERE_ABSENT),
+                    "%s: position %llu: where %u (host) vs %u (CUDA)", what, (unsigned long long)i,
+                    whr[i], wdr[i]);
+    free(oh);
+    free(od);
+    free(whr);
+    free(wdr);
+    if (sc->insert_every && b % sc->insert_every == sc->insert_every - 1) {
+      /* insert rows for a fresh batch of ids (duplicates included: the last wins) */
+      unsigned char *rows;
+      uint64_t k = 0;
+      for (t = 0; t < nt; t++) counts[t] = emct_rng_next(&trng) % (sc->per_table + 1);
+      n = emct_world_batch(&p.wh, counts, ids, ranks, offsets);
+      ck_assert_uint_eq(emct_world_batch(&p.wd, counts, ids2, ranks2, offsets2), n);
+      bytes = emct_world_batch_bytes(&p.wh, offsets);
+      rows = malloc(bytes + 1);
+      for (t = 0; t < nt; t++)
+        for (i = offsets[t]; i < offsets[t + 1]; i++, k++)
+          emct_pattern_row(t, ids[i], (uint64_t)b * 1000003u + k, p.wh.desc[t].dim,
+                           p.wh.desc[t].dtype, rows + emct_pos_offset(&p.wh, offsets, t, i));
+      EMCT_OK(emc_insert(p.ch, ids, offsets, rows, NULL));
+      if (sc->device_ptrs) {
+        void *dids, *drows;
+        CUDA_OK(cudaMalloc(&dids, n * 8 + 8));
+        CUDA_OK(cudaMalloc(&drows, bytes + 16));
+        CUDA_OK(cudaMemcpy(dids, ids, n * 8, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(drows, rows, bytes, cudaMemcpyHostToDevice));
+        EMCT_OK(emc_insert(p.cd, dids, offsets, drows, NULL));
+        cudaFree(dids);
+        cudaFree(drows);
+      } else {
+        EMCT_OK(emc_insert(p.cd, ids, offsets, rows, NULL));
+      }
+      emct_world_apply_insert(&p.wh, ranks, offsets, rows);
+      emct_world_apply_insert(&p.wd, ranks, offsets, rows);
+      free(rows);
+    }
+    if (b % 17 == 16) {
+      EMCT_OK(emc_flush(p.ch, NULL));
+      EMCT_OK(emc_flush(p.cd, NULL));
+    }
+  }
+  /* the CUDA cache's counters add up */
+  EMCT_OK(emc_get_stats(p.ch, &sh));
+  EMCT_OK(emc_get_stats(p.cd, &sd));
+  ck_assert_uint_eq(sd.lookups, sh.lookups);
+  ck_assert_uint_eq(sd.hits + sd.misses + sd.absent, sd.lookups);
+  ck_assert_uint_eq(sd.absent, sh.absent);
+  ck_assert_uint_le(sd.bytes_in_use, sd.capacity_bytes);
+  ck_assert_uint_le(sd.bytes_reserved, sd.capacity_bytes + (uint64_t)nt * (256u << 10) + (1u << 20));
+  fprintf(stderr,
+          "%-28s host: hits %llu misses %llu evictions %llu | cuda: hits %llu misses %llu "
+          "admissions %llu skipped %llu evictions %llu passes %llu unified %llu rows %llu\n",
+          sc->name, (unsigned long long)sh.hits, (unsigned long long)sh.misses,
+          (unsigned long long)sh.evictions, (unsigned long long)sd.hits,
+          (unsigned long long)sd.misses, (unsigned long long)sd.admissions,
+          (unsigned long long)sd.admit_skipped, (unsigned long long)sd.evictions,
+          (unsigned long long)sd.evict_passes, (unsigned long long)sd.unified_hits,
+          (unsigned long long)sd.rows_cached);
+  if (sc->capacity <= (1u << 20)) /* a small cache under this many ids must have evicted */
+    ck_assert_uint_gt(sd.evictions, 0);
+  ck_assert_uint_gt(sd.hits, 0);
+  pair_free(&p, sc->name);
+  free(counts); free(offsets); free(offsets2); free(ids); free(ranks); free(ids2); free(ranks2);
+}
+
+/* dense/hashed, f32/f16, dims 1..512 with odd ones */
+static const emct_tspec mixed[] = {
+    {EMC_TABLE_DENSE, 20000, 64, EMC_DTYPE_F32, 0, 0},
+    {EMC_TABLE_DENSE, 3000, 7, EMC_DTYPE_F16, 0, 0},
+    {EMC_TABLE_HASHED, 8000, 1, EMC_DTYPE_F32, 6000, 4000},
+    {EMC_TABLE_HASHED, 5000, 33, EMC_DTYPE_F16, 4000, 3000},
+    {EMC_TABLE_DENSE, 2000, 512, EMC_DTYPE_F32, 0, 0},
+    {EMC_TABLE_DENSE, 50, 3, EMC_DTYPE_F32, 0, 0},
+    {EMC_TABLE_DENSE, 100000, 16, EMC_DTYPE_F16, 0, 0},
+};
+#define N_MIXED (sizeof mixed / sizeof mixed[0])
+
+START_TEST(zipf_heavy_eviction_64) {
+  scen s = {"zipf, 64-bit keys, 256 KiB", 1.05, 64, 256u << 10, 300, 40, 5, 0};
+  run(mixed, N_MIXED, &s, 11);
+}
+END_TEST
+
+START_TEST(uniform_32bit_keys) {
+  scen s = {"uniform, 32-bit keys, 1 MiB", 0.01, 32, 1u << 20, 300, 30, 4, 0};
+  run(mixed, N_MIXED, &s, 12);
+}
+END_TEST
+
+START_TEST(device_pointers) {
+  scen s = {"device ids/out, host offsets", 1.05, 64, 512u << 10, 200, 25, 3, 1};
+  scen s2 = {"device ids/out/offsets", 1.2, 32, 2u << 20, 200, 25, 3, 2};
+  run(mixed, N_MIXED, &s, 13);
+  run(mixed, N_MIXED, &s2, 14);
+}
+END_TEST
+
+START_TEST(batch_larger_than_cache) {
+  scen s = {"batch > cache (64 KiB)", 0.8, 64, 64u << 10, 2000, 12, 3, 0};
+  run(mixed, N_MIXED, &s, 15);
+}
+END_TEST
+
+START_TEST(large_cache_no_eviction) {
+  scen s = {"large cache (16 MiB)", 1.05, 64, 16u << 20, 400, 20, 4, 0};
+  run(mixed, N_MIXED, &s, 16);
+}
+END_TEST
+
+START_TEST(random_shapes) {
+  /* random table shapes, dims 1..512, both dtypes and kinds */
+  int r;
+  for (r = 0; r < 6; r++) {
+    emct_tspec sp[6];
+    uint32_t nt = 1 + (uint32_t)(emct_rng_next(&trng) % 6), t;
+    scen s = {"random shapes", 0.6 + (double)(emct_rng_next(&trng) % 80) / 100.0,
+              r % 2 ? 32u : 64u, (size_t)(64u << 10) << (emct_rng_next(&trng) % 5), 150, 15, 4, r % 3};
+    for (t = 0; t < nt; t++) {
+      uint64_t rows = 16 + emct_rng_next(&trng) % 20000;
+      sp[t].kind = emct_rng_next(&trng) % 3 == 0 ? EMC_TABLE_HASHED : EMC_TABLE_DENSE;
+      sp[t].rows = rows;
+      sp[t].dim = 1 + (uint32_t)(emct_rng_next(&trng) % 512);
+      sp[t].dtype = emct_rng_next(&trng) % 2 ? EMC_DTYPE_F16 : EMC_DTYPE_F32;
+      sp[t].universe = sp[t].kind == EMC_TABLE_HASHED ? rows : 0;
+      sp[t].present = sp[t].kind == EMC_TABLE_HASHED ? rows / 2 : 0;
+    }
+    run(sp, nt, &s, 100 + (uint64_t)r);
+  }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- concurrency */
+typedef struct lookup_thread {
+  emct_world *w;       /* reference (read-only: tables 0 and 1 are never inserted) */
+  emc_cache *c;
+  cudaStream_t stream;
+  uint64_t seed;
+  int iters, failed;
+  char msg[256];
+} lookup_thread;
+
+static void *lookup_main(void *arg) {
+  lookup_thread *L = arg;
+  emct_rng r;
+  uint32_t nt = L->w->n, t;
+  uint64_t n = 0, *ids = malloc(4096 * 8), *ranks = malloc(4096 * 8), offsets[8] = {0};
+  void *dids = NULL, *dout = NULL;
+  unsigned char *out = malloc(4096 * 2048);
+  int it;
+  emct_rng_seed(&r, L->seed);
+  if (cudaMalloc(&dids, 4096 * 8) != cudaSuccess || cudaMalloc(&dout, 4096 * 2048) != cudaSuccess) {
+    snprintf(L->msg, sizeof L->msg, "cudaMalloc failed");
+    L->failed = 1;
+    return NULL;
+  }
+  for (it = 0; it < L->iters && !L->failed; it++) {
+    size_t bytes = 0;
+    uint64_t i;
+    n = 0;
+    for (t = 0; t < nt; t++) {
+      uint64_t cnt = t < 2 ? 1 + emct_rng_next(&r) % 600 : 0;
+      for (i = 0; i < cnt; i++, n++) {
+        ranks[n] = emct_rng_next(&r) % L->w->spec[t].rows;
+        ids[n] = emct_id_of(L->w, t, ranks[n]);
+      }
+      offsets[t + 1] = n;
+      bytes += cnt * L->w->row_bytes[t];
+    }
+    if (cudaMemcpyAsync(dids, ids, n * 8, cudaMemcpyHostToDevice, L->stream) != cudaSuccess ||
+        emc_lookup(L->c, dids, offsets, dout, L->stream) != EMC_OK ||
+        cudaMemcpyAsync(out, dout, bytes, cudaMemcpyDeviceToHost, L->stream) != cudaSuccess ||
+        cudaStreamSynchronize(L->stream) != cudaSuccess) {
+      snprintf(L->msg, sizeof L->msg, "iteration %d: %s", it, emc_last_error_detail());
+      L->failed = 1;
+      break;
+    }
+    {
+      const unsigned char *o = out;
+      for (t = 0; t < nt && !L->failed; t++)
+        for (i = offsets[t]; i < offsets[t + 1]; i++, o += L->w->row_bytes[t])
+          if (memcmp(o, L->w->ref[t] + ranks[i] * L->w->row_bytes[t], L->w->row_bytes[t]) != 0) {
+            snprintf(L->msg, sizeof L->msg, "iteration %d: table %u rank %llu: wrong row", it, t,
+                     (unsigned long long)ranks[i]);
+            L->failed = 1;
+            break;
+          }
+    }
+  }
+  cudaFree(dids);
+  cudaFree(dout);
+  free(ids);
+  free(ranks);
+  free(out);
+  return NULL;
+}
+
+START_TEST(two_streams_and_an_inserter) {
+  static const emct_tspec sp[3] = {
+      {EMC_TABLE_DENSE, 30000, 32, EMC_DTYPE_F32, 0, 0},
+      {EMC_TABLE_HASHED, 20000, 9, EMC_DTYPE_F16, 20000, 20000},
+      {EMC_TABLE_DENSE, 10000, 64, EMC_DTYPE_F32, 0, 0},
+  };
+  emct_world w;
+  emc_cache *c;
+  emc_cache_config cfg;
+  lookup_thread L[2];
+  pthread_t th[2];
+  int i, k;
+  emct_world_init(&w, sp, 3, 1.0, 21);
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_CUDA;
+  cfg.capacity_bytes = 512u << 10; /* evicting all along */
+  EMCT_OK(emc_cache_create(w.store, &cfg, &c));
+  for (i = 0; i < 2; i++) {
+    memset(&L[i], 0, sizeof L[i]);
+    L[i].w = &w;
+    L[i].c = c;
+    L[i].seed = 1000 + (uint64_t)i;
+    L[i].iters = 150;
+    CUDA_OK(cudaStreamCreateWithFlags(&L[i].stream, cudaStreamNonBlocking));
+    ck_assert_int_eq(pthread_create(&th[i], NULL, lookup_main, &L[i]), 0);
+  }
+  /* this thread inserts into table 2 meanwhile (host pointers) */
+  for (k = 0; k < 100; k++) {
+    uint64_t ids[256], ranks[256], offsets[4] = {0, 0, 0, 256};
+    unsigned char rows[256 * 256];
+    int j;
+    for (j = 0; j < 256; j++) {
+      ranks[j] = emct_rng_next(&trng) % 10000;
+      ids[j] = ranks[j];
+      emct_pattern_row(2, ids[j], (uint64_t)k * 256 + (uint64_t)j, 64, EMC_DTYPE_F32, rows + j * 256);
+    }
+    EMCT_OK(emc_insert(c, ids, offsets, rows, NULL));
+    emct_world_apply_insert(&w, ranks, offsets, rows);
+  }
+  for (i = 0; i < 2; i++) {
+    ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+    ck_assert_msg(!L[i].failed, "lookup thread %d: %s", i, L[i].msg);
+    CUDA_OK(cudaStreamDestroy(L[i].stream));
+  }
+  EMCT_OK(emc_cache_destroy(c));
+  emct_world_check_store(&w, "two streams and an inserter");
+  emct_world_free(&w);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- errors */
+START_TEST(bad_ids_and_budgets) {
+  static const emct_tspec sp[2] = {
+      {EMC_TABLE_DENSE, 1000, 8, EMC_DTYPE_F32, 0, 0},
+      {EMC_TABLE_HASHED, 100, 4, EMC_DTYPE_F16, 100, 50},
+  };
+  emct_world w;
+  emc_cache *c = NULL, *c2 = (emc_cache *)0x1;
+  emc_cache_config cfg;
+  uint64_t ids[3] = {5, 1000, 7}, offsets[3] = {0, 3, 3};
+  unsigned char out[3 * 32], *dout;
+  uint64_t *dids;
+  size_t free_b = 0, total_b = 0;
+  emc_stats s0, s1;
+  emct_world_init(&w, sp, 2, 1.0, 31);
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_CUDA;
+  /* a budget above the device's memory is refused at create */
+  CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+  cfg.capacity_bytes = total_b + ((size_t)1 << 30);
+  EMCT_ST(emc_cache_create(w.store, &cfg, &c2), EMC_EDEVMEM);
+  ck_assert_ptr_eq(c2, (emc_cache *)0x1);
+  cfg.capacity_bytes = 1u << 20;
+  EMCT_OK(emc_cache_create(w.store, &cfg, &c));
+  /* host ids: checked before anything changes */
+  EMCT_OK(emc_get_stats(c, &s0));
+  EMCT_ST(emc_lookup(c, ids, offsets, out, NULL), EMC_ERANGE);
+  EMCT_ST(emc_insert(c, ids, offsets, out, NULL), EMC_ERANGE);
+  EMCT_OK(emc_get_stats(c, &s1));
+  ck_assert_uint_eq(s1.lookups, s0.lookups);
+  ck_assert_uint_eq(s1.inserts, s0.inserts);
+  /* device ids: the bad position reads zero, and the next flush reports it */
+  CUDA_OK(cudaMalloc((void **)&dids, sizeof ids));
+  CUDA_OK(cudaMalloc((void **)&dout, sizeof out));
+  CUDA_OK(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
+  EMCT_OK(emc_lookup(c, dids, offsets, dout, NULL));
+  CUDA_OK(cudaMemcpy(out, dout, 3 * 32, cudaMemcpyDeviceToHost));
+  {
+    static const unsigned char zero[32];
+    ck_assert(memcmp(out + 32, zero, 32) == 0);
+    ck_assert(memcmp(out, w.ref[0] + 5 * 32, 32) == 0);
+    ck_assert(memcmp(out + 64, w.ref[0] + 7 * 32, 32) == 0);
+  }
+  EMCT_ST(emc_flush(c, NULL), EMC_ERANGE);
+  ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "id 1000"));
+  EMCT_OK(emc_flush(c, NULL)); /* reported once */
+  /* NULL arguments */
+  EMCT_ST(emc_lookup(c, NULL, offsets, dout, NULL), EMC_EINVAL);
+  EMCT_ST(emc_lookup(c, dids, NULL, dout, NULL), EMC_EINVAL);
+  EMCT_ST(emc_lookup(c, dids, offsets, NULL, NULL), EMC_EINVAL);
+  {
+    uint64_t bad_off[3] = {0, 3, 2};
+    EMCT_ST(emc_lookup(c, dids, bad_off, dout, NULL), EMC_EINVAL);
+  }
+  cudaFree(dids);
+  cudaFree(dout);
+  EMCT_OK(emc_cache_destroy(c));
+  emct_world_check_store(&w, "bad ids");
+  emct_world_free(&w);
+}
+END_TEST
+
+int main(void) {
+  char err[256] = "";
+  int n = emc__cuda_device_count(err, sizeof err), failed;
+  Suite *s;
+  SRunner *sr;
+  TCase *tc;
+  if (n <= 0) {
+    printf("test_gpu_cache: no CUDA device (%s): skipped\n", n < 0 ? err : "0 devices");
+    return 77;
+  }
+  emct_rng_seed(&trng, 42);
+  s = suite_create("gpu_cache");
+  tc = tcase_create("twin");
+  tcase_add_test(tc, zipf_heavy_eviction_64);
+  tcase_add_test(tc, uniform_32bit_keys);
+  tcase_add_test(tc, device_pointers);
+  tcase_add_test(tc, batch_larger_than_cache);
+  tcase_add_test(tc, large_cache_no_eviction);
+  tcase_add_test(tc, random_shapes);
+  tcase_add_test(tc, two_streams_and_an_inserter);
+  tcase_add_test(tc, bad_ids_and_budgets);
+  tcase_set_timeout(tc, 600);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
