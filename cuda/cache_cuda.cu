@@ -28,11 +28,14 @@
  *            slots of the table's current page and new pages (capped at capacity_bytes), then
  *            a warp per miss fills its slot from the row just written to `out`.
  * Eviction (approximate LRU between t1 and t2)
- *   The planner publishes the bytes in use to mapped host memory; a call that sees them above
- *   t1 first enqueues a pass: min stamp, a 4096-bucket stamp histogram weighted by bytes, the
- *   cut-off, an evict kernel (dirty rows written back to the store through the mapping), an
- *   index rebuild (evicted hashed rows become unified entries), page release, and the free
- *   slots gathered with CUB select + radix sort into per-table segments.
+ *   The planner publishes the bytes in use and the call's admission demand to mapped host
+ *   memory. A call whose predicted use (bytes + last demand) crosses t1 enqueues a pass between
+ *   copy and admission; on the device the pass measures this call's real demand and, when
+ *   bytes + demand > t1, evicts down to t2 - demand: min stamp, a 4096-bucket stamp histogram
+ *   weighted by bytes, the cut-off, an evict kernel (dirty rows written back to the store
+ *   through the mapping; rows stamped by this call are never taken), an index rebuild
+ *   (evicted hashed rows become unified entries), page release, and the free slots gathered
+ *   with CUB select + radix sort into per-table segments. Admissions stop at t1.
  */
 #include <cuda_runtime.h>
 #include <cub/cub.cuh>
@@ -102,7 +105,8 @@ typedef struct dev {
   dglob *g;
   uint32_t *free_pages, *free_slots, *plan_pages;
   ull *hist;
-  ull *mirror;            /* device alias of mapped host words: [0] bytes, [1] bad ids */
+  ull *mirror;            /* device alias of mapped host words: [0] bytes in use, [1] bad ids,
+                             [2] the last call's admission demand in bytes */
   uint64_t low, high, cap, unified_max;
   /* pass scratch */
   uint8_t *freeflag;      /* n_pages * max_slots */
@@ -128,7 +132,6 @@ typedef struct callp {
   uint32_t *vals, *svals, *ptab, *flags, *uidx, *inv, *urep, *rank;
   ull *ukey;
   uint64_t *uloc;
-  int64_t *uixpos;
   uint8_t *ukind, *uflags;
 } callp;
 
@@ -266,12 +269,11 @@ __global__ void k_resolve(dev D, callp P) {
     uint64_t id = P.ids[rep], key = P.ukey[u], loc = 0;
     const dtab *tb = &D.tabs[t];
     uint8_t kind, uf = 0;
-    int64_t ixpos = -1, pos, row;
+    int64_t pos, row;
     int store_path = 1;
     if (key == D.empty) {
       P.ukind[u] = K_INVALID;
       P.uflags[u] = 0;
-      P.uixpos[u] = -1;
       continue;
     }
     uf = UF_ADMIT;
@@ -296,7 +298,6 @@ __global__ void k_resolve(dev D, callp P) {
         kind = K_STORE;
         loc = l & EMC__LOC_HOST_ROW_MASK;
         uf = UF_ADMIT | UF_UNIFIED;
-        ixpos = pos;
         store_path = 0;
       } else {
         uf = 0; /* hashed collision: served from the store, never admitted */
@@ -315,7 +316,6 @@ __global__ void k_resolve(dev D, callp P) {
     P.ukind[u] = kind;
     P.uflags[u] = uf;
     P.uloc[u] = loc;
-    P.uixpos[u] = ixpos;
   }
 }
 
@@ -395,7 +395,8 @@ __global__ void k_count(dev D, callp P) {
  * pages, within capacity_bytes. */
 __global__ void k_plan(dev D, callp P) {
   dglob *g = D.g;
-  ull room = g->bytes_in_use < D.cap ? D.cap - g->bytes_in_use : 0, granted = 0, skipped = 0;
+  ull room = g->bytes_in_use < D.high ? D.high - g->bytes_in_use : 0, granted = 0, skipped = 0;
+  ull demand = 0;
   uint32_t t;
   g->plan_used = 0;
   for (t = 0; t < D.n_tables; t++) {
@@ -406,6 +407,7 @@ __global__ void k_plan(dev D, callp P) {
     ts->allow = 0;
     if (need == 0) continue;
     ts->need = 0;
+    demand += (ull)need * L->stride;
     allow = (uint32_t)min((ull)need, room / L->stride);
     f = min(allow, ts->seg_end - ts->seg_start - ts->cursor);
     ts->f_base = ts->seg_start + ts->cursor;
@@ -445,6 +447,7 @@ __global__ void k_plan(dev D, callp P) {
   }
   if (P.mode == MODE_LOOKUP) g->admit_skipped += skipped;
   *(volatile ull *)&D.mirror[0] = g->bytes_in_use + granted;
+  *(volatile ull *)&D.mirror[2] = demand; /* the next call expects about as much */
 }
 
 /* Pages handed out by k_plan take their new table's layout: every slot's version, owner and
@@ -537,12 +540,19 @@ __global__ void k_admit(dev D, callp P) {
       int ok;
       *emc__slot_owner(pg, L, s) = id;
       D.stamps[(uint64_t)p * D.max_slots + s] = P.now;
-      if (P.uixpos[u] >= 0) { /* this id's unified entry now points at the slot */
-        D.ix_locs[P.uixpos[u]] = loc;
-        atomicAdd(&D.g->host_entries, ~0ull);
-        ok = 1;
-      } else {
-        ok = ix_insert(D, P.ukey[u], id, loc);
+      {
+        /* probe again: an eviction pass in this call may have rebuilt the index */
+        emc__index_view ix = ixv(D);
+        int64_t pos = emc__index_find(&ix, P.ukey[u], D.empty);
+        if (pos < 0) {
+          ok = ix_insert(D, P.ukey[u], id, loc);
+        } else {
+          ull old = D.ix_locs[pos];
+          /* this id's unified entry now points at the slot (once, if the id came twice) */
+          ok = D.ix_ids[pos] == id && (old & EMC__LOC_HOST) &&
+               atomicCAS((ull *)&D.ix_locs[pos], old, (ull)loc) == old;
+          if (ok) atomicAdd(&D.g->host_entries, ~0ull);
+        }
       }
       /* a key admitted twice in one call (hashed collision): the loser's slot stays free and
        * the next pass takes it back; its row goes through to the store */
@@ -571,8 +581,12 @@ __global__ void k_admit(dev D, callp P) {
 __global__ void k_pass_begin(dev D, uint64_t now) {
   dglob *g = D.g;
   uint32_t t;
-  g->active = g->bytes_in_use > D.high;
-  g->need = g->active ? g->bytes_in_use - D.low : 0;
+  ull demand = 0, total;
+  for (t = 0; t < D.n_tables; t++) demand += (ull)D.ts[t].need * D.layout[t].stride;
+  /* evict to t2 before admitting this call's misses when they would cross t1 */
+  total = g->bytes_in_use + demand;
+  g->active = total > D.high;
+  g->need = g->active ? min(total - D.low, (ull)g->bytes_in_use) : 0;
   g->min_stamp = now;
   g->cut_taken = 0;
   if (g->active) g->passes++;
@@ -607,7 +621,7 @@ __global__ void k_pass_hist(dev D, uint64_t now) {
     ull st;
     if (t == NONE32) continue;
     st = D.stamps[gi];
-    if (st > now) st = now;
+    if (st >= now) continue; /* the call being served: never evicted */
     if (st < mn) st = mn;
     atomicAdd(&D.hist[(st - mn) / width], (ull)D.layout[t].stride);
   }
@@ -643,7 +657,7 @@ __global__ void k_pass_evict(dev D, uint64_t now) {
     if (t == NONE32) continue;
     L = &D.layout[t];
     st = D.stamps[gi];
-    if (st > now) st = now;
+    if (st >= now) continue; /* rows of the call being served stay */
     if (st < mn) st = mn;
     bkt = (st - mn) / width;
     if (bkt > cut) continue;
@@ -813,7 +827,7 @@ struct emc__cuda_cache {
   cudaEvent_t chain;           /* end of the last enqueued call */
   pthread_mutex_t lock;        /* serializes enqueueing and host-side store changes */
   uint64_t clock;              /* one tick per call */
-  ull *mirror_host;            /* mapped: [0] bytes in use (as last published), [1] bad ids */
+  ull *mirror_host;            /* mapped: see dev.mirror */
   reg_range *regs;
   uint32_t n_regs;
   size_t cub_pass_bytes;
@@ -1002,8 +1016,8 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
     d->kind = (uint32_t)tb->kind;
     d->n_slots = layout[t].n_slots;
   }
-  CUG(cudaHostAlloc((void **)&k->mirror_host, 2 * sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
-  k->mirror_host[0] = k->mirror_host[1] = 0;
+  CUG(cudaHostAlloc((void **)&k->mirror_host, 3 * sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
+  k->mirror_host[0] = k->mirror_host[1] = k->mirror_host[2] = 0;
   {
     void *p;
     CUG(cudaHostGetDevicePointer(&p, k->mirror_host, 0));
@@ -1126,7 +1140,7 @@ static size_t al(size_t x) { return (x + 255) & ~(size_t)255; }
 static size_t scratch_bytes(uint64_t n, uint32_t n_tables) {
   return al(n * 8) * 2        /* keys, skeys */
        + al(n * 4) * 9        /* vals, svals, ptab, flags, uidx, inv, urep, rank, spare */
-       + al(n * 8) * 3        /* ukey, uloc, uixpos */
+       + al(n * 8) * 3        /* ukey, uloc, spare */
        + al(n) * 2            /* ukind, uflags */
        + al(n * 8) * 2        /* staged ids, srows */
        + al(((size_t)n_tables + 1) * 8) * 2; /* offsets, outoff */
@@ -1182,7 +1196,7 @@ static void carve(emc__cuda_cache *k, callp *P) {
   q += al(n * 4);
   TAKE(ukey, ull *, n * 8);
   TAKE(uloc, uint64_t *, n * 8);
-  TAKE(uixpos, int64_t *, n * 8);
+  q += al(n * 8);
   TAKE(ukind, uint8_t *, n);
   TAKE(uflags, uint8_t *, n);
 #undef TAKE
@@ -1235,14 +1249,14 @@ static emc_status check_dense_ids_host(const emc_cache *c, const uint64_t *ids, 
 }
 
 /* Enqueue an eviction pass when the published bytes in use exceed t1. */
-static emc_status maybe_pass(emc__cuda_cache *k, cudaStream_t st) {
+static emc_status maybe_pass(emc__cuda_cache *k, cudaStream_t st, uint64_t now) {
   const dev &D = k->D;
-  uint64_t S = (uint64_t)D.n_pages * D.max_slots, now;
+  uint64_t S = (uint64_t)D.n_pages * D.max_slots;
   size_t tb = k->cub_pass_bytes;
   uint32_t endbit = 1;
-  if (*(volatile ull *)&k->mirror_host[0] <= D.high) return EMC_OK;
+  /* published by the previous call: bytes in use after it, and its demand */
+  if (*(volatile ull *)&k->mirror_host[0] + *(volatile ull *)&k->mirror_host[2] <= D.high) return EMC_OK;
   *(volatile ull *)&k->mirror_host[0] = 0; /* the pass publishes the new figure */
-  now = ++k->clock;
   while ((1ull << endbit) <= D.n_tables) endbit++;
   k_pass_begin<<<1, 1, 0, st>>>(D, now);
   CU(cudaMemsetAsync(D.hist, 0, HIST_BUCKETS * sizeof(ull), st));
@@ -1321,6 +1335,10 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
   k_resolve<<<grid_for(n, 256), 256, 0, st>>>(D, P);
   if (mode == MODE_LOOKUP) k_copy<<<grid_for(n * 32, 256), 256, 0, st>>>(D, P);
   k_count<<<grid_for(n, 256), 256, 0, st>>>(D, P);
+  {
+    emc_status ps = maybe_pass(k, st, P.now);
+    if (ps != EMC_OK) return ps;
+  }
   k_plan<<<1, 1, 0, st>>>(D, P);
   k_page_init<<<D.n_pages < 512 ? D.n_pages : 512, 256, 0, st>>>(D);
   k_admit<<<grid_for(n * 32, 256), 256, 0, st>>>(D, P);
@@ -1425,7 +1443,6 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   if (!ids_dev && (status = check_dense_ids_host(c, ids, offs)) != EMC_OK) goto done;
   if ((status = begin_call(k, st)) != EMC_OK) goto done;
   status = ensure_scratch(k, n, out_dev ? 0 : bytes, st);
-  if (status == EMC_OK) status = maybe_pass(k, st);
   if (status == EMC_OK) {
     callp tmp;
     carve(k, &tmp);
@@ -1514,7 +1531,6 @@ extern "C" emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const 
       srows[i] = s->tables[t].kind == EMC_TABLE_DENSE ? ids_h[i]
                                                        : (uint64_t)emc__store_find_or_add(s, t, ids_h[i], NULL);
   status = ensure_scratch(k, n, rows_dev ? 0 : bytes, st);
-  if (status == EMC_OK) status = maybe_pass(k, st);
   if (status == EMC_OK) {
     callp tmp;
     cudaError_t e = cudaSuccess;
