@@ -241,6 +241,16 @@ __global__ void k_keys(dev D, callp P) {
   }
 }
 
+/* Inserts: after sorting by id, the keys in that order (so the stable sort by key that follows
+ * keeps equal ids together and in position order: "last wins" holds under key collisions). */
+__global__ void k_gather(dev D, callp P) {
+  GRID_STRIDE(j, P.n) {
+    uint32_t pos = P.svals[j];
+    P.rank[j] = pos;
+    ((ull *)P.uloc)[j] = P.keys[pos];
+  }
+}
+
 __global__ void k_heads(dev D, callp P) {
   GRID_STRIDE(i, P.n) {
     uint32_t head = i == 0 || P.skeys[i] != P.skeys[i - 1] ||
@@ -1326,8 +1336,17 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
   P.srows = srows_h ? k->d_srows : NULL;
   k_keys<<<grid_for(n, 256), 256, 0, st>>>(D, P);
   tb = k->cub_bytes;
-  CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, P.keys, P.skeys, P.vals, P.svals, (int64_t)n, 0,
-                                     (int)D.key_bits, st));
+  if (mode == MODE_INSERT) { /* by id, then (stable) by key; uloc and rank serve as buffers */
+    CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, (const ull *)ids_d, P.skeys, P.vals, P.svals,
+                                       (int64_t)n, 0, 64, st));
+    k_gather<<<grid_for(n, 256), 256, 0, st>>>(D, P);
+    tb = k->cub_bytes;
+    CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, (const ull *)P.uloc, P.skeys, P.rank, P.svals,
+                                       (int64_t)n, 0, (int)D.key_bits, st));
+  } else {
+    CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, P.keys, P.skeys, P.vals, P.svals, (int64_t)n,
+                                       0, (int)D.key_bits, st));
+  }
   k_heads<<<grid_for(n, 256), 256, 0, st>>>(D, P);
   tb = k->cub_bytes;
   CU(cub::DeviceScan::InclusiveSum(k->cub_tmp, tb, P.flags, P.uidx, (int64_t)n, st));

@@ -26,9 +26,28 @@
  *   fill_uniform) are serialized internally. While a cache is attached to a store, the
  *   store may only be changed through that cache (write/fill return EMC_EUNSUPPORTED).
  *   emc_cache: emc_lookup, emc_lookup_ex, emc_insert, emc_flush and emc_get_stats may be
- *   called concurrently from any number of threads. Lookups never block on a lock: they
- *   read optimistically and validate versions; admission of their misses is skipped when
- *   another thread holds the cache's writer lock.
+ *   called concurrently from any number of threads. Host backend: lookups never block on a
+ *   lock: they read optimistically and validate versions; admission of their misses is
+ *   skipped when another thread holds the cache's writer lock.
+ *
+ * CUDA backend (EMC_BACKEND_CUDA, or AUTO where a device answers)
+ *   Memory spaces: ids, out, where and rows may be device memory (cudaMalloc, managed, or
+ *   mapped pinned host memory), which is the fast path, or ordinary host memory, which is
+ *   staged through device buffers and makes the call wait for its stream. offsets should be a
+ *   host array (n_tables + 1 small integers): device offsets cost one small copy to the host
+ *   and a wait on the stream.
+ *   Streams: every call is enqueued on `stream` (a cudaStream_t; NULL = the default stream)
+ *   and returns without waiting for the device unless a host buffer has to be filled; calls
+ *   of one cache are ordered on the device one after another (an event chain), whatever
+ *   streams or threads they come from. Read `out` after synchronizing `stream`.
+ *   Store rows: the store's row memory is registered and mapped: the device reads missing
+ *   rows from host memory directly and writes dirty rows back there. emc_store_read of an
+ *   attached store sees written-back rows once emc_flush (which waits) has returned.
+ *   Dense ids out of range: with host ids, EMC_ERANGE before anything changes (as on the
+ *   host backend); with device ids the check runs on the device: the position reads a zero
+ *   row (where: EMC_WHERE_ABSENT) and the next emc_flush returns EMC_ERANGE naming it.
+ *   emc_insert reads the ids on the host (validation, store rows for new hashed ids) and
+ *   waits for its stream.
  */
 #ifndef EMBCACHE_H
 #define EMBCACHE_H
@@ -196,7 +215,7 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
 typedef enum emc_backend {
   EMC_BACKEND_AUTO = 0, /* CUDA when a device answers and the CUDA backend is built; else host */
   EMC_BACKEND_HOST = 1, /* host memory, host pointers, `stream` ignored */
-  EMC_BACKEND_CUDA = 2  /* device memory (not available in this release: EMC_EUNSUPPORTED) */
+  EMC_BACKEND_CUDA = 2  /* device memory; see "CUDA backend" above */
 } emc_backend;
 
 typedef struct emc_cache_config {
@@ -226,8 +245,10 @@ typedef struct emc_cache emc_cache;
  * row count. Errors: EMC_EINVAL (NULL store/out, bad struct_size, thresholds outside
  * 0 < t2 < t1 <= 1, key_bits not 32/64, capacity too small for one row of the widest
  * table), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
- * lacks), EMC_EUNSUPPORTED (store already has a cache; CUDA backend requested),
- * EMC_ENODEV (CUDA requested and no device), EMC_ENOMEM. Blocking. */
+ * lacks), EMC_EUNSUPPORTED (store already has a cache; CUDA requested from a build without
+ * CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
+ * index, above the device's free memory), EMC_ECUDA (a CUDA call failed; its text in the
+ * detail; nothing is leaked), EMC_ENOMEM. Blocking. */
 EMC_API emc_status emc_cache_create(emc_store *store, const emc_cache_config *cfg,
                                     emc_cache **out);
 
@@ -255,14 +276,18 @@ typedef enum emc_where {
  * store and admitted into the cache (evicting least-recently-used rows when use would
  * exceed t1). Absent hashed ids give zero rows and are not admitted.
  * Host backend: ids, offsets, out are host pointers; stream must be NULL (ignored).
+ * CUDA backend: see "CUDA backend" above (device or host pointers, ordered on stream).
  *   ids:     (offsets[n_tables],)   offsets: (n_tables + 1,)   out: emc_batch_bytes bytes.
- * Errors: EMC_EINVAL (NULL, bad offsets), EMC_ERANGE (a dense id >= rows). Checked before
- * anything changes: on error out, stats and cache contents are untouched. Blocking (host). */
+ * Errors: EMC_EINVAL (NULL, bad offsets), EMC_ERANGE (a dense id >= rows; CUDA backend with
+ * device ids: reported by the next emc_flush), EMC_ECUDA, EMC_EDEVMEM (scratch buffers).
+ * Checked before anything changes: on error out, stats and cache contents are untouched.
+ * Blocking (host); CUDA: asynchronous on stream for device buffers. */
 EMC_API emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               void *out, void *stream);
 
 /* emc_lookup that also reports, per position, where the row came from.
- *   where: NULL, or host array (offsets[n_tables],) of uint8_t receiving emc_where values. */
+ *   where: NULL, or an array (offsets[n_tables],) of uint8_t receiving emc_where values
+ *          (host memory; CUDA backend: host or device memory). */
 EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                  void *out, uint8_t *where, void *stream);
 
@@ -271,13 +296,18 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
  * the last of duplicate ids wins. A row that cannot get a slot is written through to the
  * store. Hashed ids new to the store reserve a store row here.
  * Host backend: host pointers, stream NULL. rows: emc_batch_bytes bytes.
+ * CUDA backend: ids and rows in host or device memory; the ids are read on the host (one
+ * wait on stream), checked, new hashed ids get their store rows; then the update runs on the
+ * device and the call waits for it.
  * Errors: EMC_EINVAL, EMC_ERANGE (dense id >= rows; a hashed table would exceed its
- * capacity). Checked before anything changes. Blocking (host). */
+ * capacity), EMC_ECUDA. Checked before anything changes. Blocking. */
 EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               const void *rows, void *stream);
 
 /* Write every dirty row back to the store (rows stay cached, now clean).
- * Errors: EMC_EINVAL (NULL). Blocking (host). */
+ * CUDA backend: enqueued on stream, then waits for it; returns EMC_ERANGE (after flushing)
+ * when lookups since the last flush had device ids out of range (the detail names the
+ * first). Errors: EMC_EINVAL (NULL), EMC_ECUDA. Blocking. */
 EMC_API emc_status emc_flush(emc_cache *c, void *stream);
 
 typedef struct emc_stats {
@@ -301,7 +331,9 @@ typedef struct emc_stats {
   uint64_t dirty_rows;     /* rows inserted and not yet written back */
 } emc_stats;
 
-/* Read counters (monotonic) and gauges (now). Errors: EMC_EINVAL (NULL). */
+/* Read counters (monotonic) and gauges (now). CUDA backend: read through a private stream
+ * (lookup streams are not stalled); a call still running on the device may be half counted.
+ * Errors: EMC_EINVAL (NULL), EMC_ECUDA. */
 EMC_API emc_status emc_get_stats(const emc_cache *c, emc_stats *out);
 
 /* Rows of table `table` resident now. Errors: EMC_EINVAL, EMC_ERANGE. */

@@ -11,6 +11,7 @@
  * concurrent lookups on two streams while a third thread inserts, bad ids, a budget above the
  * device's memory.
  *
+ * EMC_TEST_QUICK=1 runs a quarter of the batches (for compute-sanitizer).
  * Exits 77 (CTest SKIP_RETURN_CODE) when no CUDA device answers. Check runs NOFORK: CUDA does
  * not survive fork.
  */
@@ -96,6 +97,7 @@ typedef struct scen {
 } scen;
 
 static emct_rng trng; /* seeded in main */
+static int quick;      /* EMC_TEST_QUICK=1 (memcheck runs): a quarter of the batches */
 
 static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t seed) {
   pair p;
@@ -105,8 +107,9 @@ static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t se
   int b;
   char what[160];
   emc_stats sh, sd;
+  int batches = quick ? (sc->batches + 3) / 4 : sc->batches;
   pair_init(&p, spec, nt, sc->alpha, seed, sc->capacity, sc->key_bits);
-  for (b = 0; b < sc->batches; b++) {
+  for (b = 0; b < batches; b++) {
     uint64_t n, i;
     uint32_t t;
     size_t bytes;
@@ -256,7 +259,7 @@ END_TEST
 START_TEST(random_shapes) {
   /* random table shapes, dims 1..512, both dtypes and kinds */
   int r;
-  for (r = 0; r < 6; r++) {
+  for (r = 0; r < (quick ? 2 : 6); r++) {
     emct_tspec sp[6];
     uint32_t nt = 1 + (uint32_t)(emct_rng_next(&trng) % 6), t;
     scen s = {"random shapes", 0.6 + (double)(emct_rng_next(&trng) % 80) / 100.0,
@@ -362,12 +365,12 @@ START_TEST(two_streams_and_an_inserter) {
     L[i].w = &w;
     L[i].c = c;
     L[i].seed = 1000 + (uint64_t)i;
-    L[i].iters = 150;
+    L[i].iters = quick ? 30 : 150;
     CUDA_OK(cudaStreamCreateWithFlags(&L[i].stream, cudaStreamNonBlocking));
     ck_assert_int_eq(pthread_create(&th[i], NULL, lookup_main, &L[i]), 0);
   }
   /* this thread inserts into table 2 meanwhile (host pointers) */
-  for (k = 0; k < 100; k++) {
+  for (k = 0; k < (quick ? 20 : 100); k++) {
     uint64_t ids[256], ranks[256], offsets[4] = {0, 0, 0, 256};
     unsigned char rows[256 * 256];
     int j;
@@ -463,6 +466,7 @@ int main(void) {
     return 77;
   }
   emct_rng_seed(&trng, 42);
+  quick = getenv("EMC_TEST_QUICK") && getenv("EMC_TEST_QUICK")[0] == '1';
   s = suite_create("gpu_cache");
   tc = tcase_create("twin");
   tcase_add_test(tc, zipf_heavy_eviction_64);
