@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "internal.h"
@@ -85,7 +86,7 @@ typedef struct dglob {
       retries, unified;
   ull min_stamp, need, cut, cut_need, cut_taken, width, active;
   ull bad_count, bad_pos, bad_id, bad_table;
-  unsigned int free_top, nunique, plan_used, n_free;
+  unsigned int free_top, nunique, plan_used, n_free, n_act;
 } dglob;
 
 /* Everything a kernel needs, passed by value. */
@@ -129,7 +130,7 @@ typedef struct callp {
   uint8_t *where;
   const uint64_t *srows;     /* insert: store row of every position (host-resolved) */
   ull *keys, *skeys;
-  uint32_t *vals, *svals, *ptab, *flags, *uidx, *inv, *urep, *rank;
+  uint32_t *vals, *svals, *ptab, *flags, *uidx, *inv, *urep, *rank, *act;
   ull *ukey;
   uint64_t *uloc;
   uint8_t *ukind, *uflags;
@@ -151,27 +152,33 @@ __device__ __forceinline__ uint32_t page_table(const dev &D, uint64_t p) {
   return (uint32_t)*(volatile uint64_t *)&((emc__page_hdr *)page_of(D, p))->tag;
 }
 
-/* Copy `bytes` (even) bytes with the lanes of a warp, widest access the alignment allows. */
-__device__ __forceinline__ void warp_copy(unsigned char *dst, const unsigned char *src,
-                                          uint32_t bytes, unsigned lane) {
+/* Copy `bytes` (even) bytes with nl cooperating lanes (this one is `lane` of them), the widest
+ * access the alignment allows: 16-byte vectors for aligned rows. */
+__device__ __forceinline__ void group_copy(unsigned char *dst, const unsigned char *src,
+                                           uint32_t bytes, unsigned lane, unsigned nl) {
   uintptr_t a = (uintptr_t)dst | (uintptr_t)src | bytes;
   uint32_t i;
   if ((a & 15u) == 0) {
-    for (i = lane; i < bytes / 16; i += 32) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+    for (i = lane; i < bytes / 16; i += nl) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
   } else if ((a & 7u) == 0) {
-    for (i = lane; i < bytes / 8; i += 32) ((uint2 *)dst)[i] = ((const uint2 *)src)[i];
+    for (i = lane; i < bytes / 8; i += nl) ((uint2 *)dst)[i] = ((const uint2 *)src)[i];
   } else if ((a & 3u) == 0) {
-    for (i = lane; i < bytes / 4; i += 32) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
+    for (i = lane; i < bytes / 4; i += nl) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
   } else {
-    for (i = lane; i < bytes / 2; i += 32) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
+    for (i = lane; i < bytes / 2; i += nl) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
   }
 }
-__device__ __forceinline__ void warp_zero(unsigned char *dst, uint32_t bytes, unsigned lane) {
+__device__ __forceinline__ void warp_copy(unsigned char *dst, const unsigned char *src,
+                                          uint32_t bytes, unsigned lane) {
+  group_copy(dst, src, bytes, lane, 32);
+}
+__device__ __forceinline__ void group_zero(unsigned char *dst, uint32_t bytes, unsigned lane,
+                                           unsigned nl) {
   uint32_t i;
   if ((((uintptr_t)dst | bytes) & 3u) == 0) {
-    for (i = lane; i < bytes / 4; i += 32) ((uint32_t *)dst)[i] = 0;
+    for (i = lane; i < bytes / 4; i += nl) ((uint32_t *)dst)[i] = 0;
   } else {
-    for (i = lane; i < bytes / 2; i += 32) ((uint16_t *)dst)[i] = 0;
+    for (i = lane; i < bytes / 2; i += nl) ((uint16_t *)dst)[i] = 0;
   }
 }
 
@@ -238,6 +245,7 @@ __global__ void k_keys(dev D, callp P) {
     P.keys[i] = key;
     P.vals[i] = (uint32_t)i;
     P.ptab[i] = t;
+    P.flags[i] = (uint32_t)(emc__fmix64(key) >> 32); /* lookups sort by this hash */
   }
 }
 
@@ -253,8 +261,8 @@ __global__ void k_gather(dev D, callp P) {
 
 __global__ void k_heads(dev D, callp P) {
   GRID_STRIDE(i, P.n) {
-    uint32_t head = i == 0 || P.skeys[i] != P.skeys[i - 1] ||
-                    P.ids[P.svals[i]] != P.ids[P.svals[i - 1]];
+    uint32_t a = P.svals[i], b = i ? P.svals[i - 1] : 0;
+    uint32_t head = i == 0 || P.keys[a] != P.keys[b] || P.ids[a] != P.ids[b];
     P.flags[i] = head;
   }
 }
@@ -264,10 +272,13 @@ __global__ void k_scatter(dev D, callp P) {
     uint32_t u = P.uidx[i] - 1u, pos = P.svals[i]; /* inclusive count of heads, 0-based */
     int last = i + 1 == P.n || P.flags[i + 1];
     P.inv[pos] = u;
-    if (P.flags[i]) P.ukey[u] = P.skeys[i];
+    if (P.flags[i]) P.ukey[u] = P.keys[pos];
     /* lookups: any position of the run; inserts: the last one (radix sort is stable) */
     if (P.mode == MODE_INSERT ? last : P.flags[i]) P.urep[u] = pos;
-    if (i + 1 == P.n) D.g->nunique = u + 1;
+    if (i + 1 == P.n) {
+      D.g->nunique = u + 1;
+      D.g->n_act = 0;
+    }
   }
 }
 
@@ -329,13 +340,15 @@ __global__ void k_resolve(dev D, callp P) {
   }
 }
 
-/* The fused copy: a warp per position. */
+/* The fused copy: a group of CG lanes per position (four rows in flight per warp). */
+#define CG 8u
 __global__ void k_copy(dev D, callp P) {
-  unsigned lane = threadIdx.x & 31u;
-  uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+  unsigned lane = threadIdx.x % CG, gw = (threadIdx.x & 31u) / CG;
+  unsigned gmask = ((1u << CG) - 1u) << (gw * CG);
+  uint64_t grp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / CG;
+  uint64_t ng = ((uint64_t)gridDim.x * blockDim.x) / CG;
   ull hits = 0, misses = 0, absent = 0, unified = 0, retries = 0;
-  for (uint64_t pos = w; pos < P.n; pos += nw) {
+  for (uint64_t pos = grp; pos < P.n; pos += ng) {
     uint32_t u = P.inv[pos], t = P.ptab[pos];
     const dtab *tb = &D.tabs[t];
     uint32_t rb = tb->row_bytes;
@@ -347,16 +360,16 @@ __global__ void k_copy(dev D, callp P) {
       uint64_t p = emc__loc_page(loc);
       uint32_t s = emc__loc_slot(loc), v1 = 0, ok = 0;
       unsigned char *pg = page_of(D, p);
-      if (lane == 0) v1 = *(volatile uint32_t *)emc__slot_seq(pg, L, s);
-      v1 = __shfl_sync(0xffffffffu, v1, 0);
-      warp_copy(dst, emc__slot_row(pg, L, s), rb, lane);
-      __syncwarp();
-      if (lane == 0) {
-        __threadfence();
+      if (lane == 0) v1 = EMC_LD_ACQUIRE(emc__slot_seq(pg, L, s));
+      v1 = __shfl_sync(gmask, v1, 0, CG);
+      group_copy(dst, emc__slot_row(pg, L, s), rb, lane, CG);
+      __syncwarp(gmask);
+      if (lane == 0) { /* the version after the copy: the row is the slot's at one instant */
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
         ok = !(v1 & 1u) && *(volatile uint32_t *)emc__slot_seq(pg, L, s) == v1 &&
              page_table(D, p) == t && *(volatile uint64_t *)emc__slot_owner(pg, L, s) == P.ids[pos];
       }
-      ok = __shfl_sync(0xffffffffu, ok, 0);
+      ok = __shfl_sync(gmask, ok, 0, CG);
       if (!ok) { /* the slot changed under the copy: serve the host row */
         int64_t row = store_row_of(tb, P.ids[pos]);
         retries += lane == 0;
@@ -369,9 +382,9 @@ __global__ void k_copy(dev D, callp P) {
       }
     }
     if (kind == K_STORE) {
-      warp_copy(dst, tb->base + loc * tb->stride, rb, lane);
+      group_copy(dst, tb->base + loc * tb->stride, rb, lane, CG);
     } else if (kind != K_HIT) {
-      warp_zero(dst, rb, lane);
+      group_zero(dst, rb, lane, CG);
     }
     if (lane == 0) {
       if (P.where) P.where[pos] = kind == K_HIT ? EMC_WHERE_CACHE : kind == K_STORE ? EMC_WHERE_STORE : EMC_WHERE_ABSENT;
@@ -390,14 +403,25 @@ __global__ void k_copy(dev D, callp P) {
   }
 }
 
-/* Per-table ranks of the unique misses to admit. */
+/* Per-table ranks of the unique misses to admit, and the list of uniques k_admit works on
+ * (lookups: the misses to admit; inserts: every unique), appended warp by warp. */
 __global__ void k_count(dev D, callp P) {
   uint32_t nu = *(volatile unsigned *)&D.g->nunique;
+  unsigned lane = threadIdx.x & 31u;
   GRID_STRIDE(u, nu) {
-    uint32_t r = NONE32;
+    uint32_t r = NONE32, mask = __activemask(), b, base = 0;
+    int want;
     if (P.ukind[u] == K_STORE && (P.uflags[u] & UF_ADMIT))
       r = atomicAdd(&D.ts[P.ptab[P.urep[u]]].need, 1u);
     P.rank[u] = r;
+    want = P.mode == MODE_INSERT ? P.ukind[u] != K_INVALID : r != NONE32;
+    b = __ballot_sync(mask, want);
+    if (b) {
+      int leader = __ffs(b) - 1;
+      if ((int)lane == leader) base = atomicAdd(&D.g->n_act, (unsigned)__popc(b));
+      base = __shfl_sync(mask, base, leader);
+      if (want) P.act[base + __popc(b & ((1u << lane) - 1u))] = (uint32_t)u;
+    }
   }
 }
 
@@ -481,10 +505,10 @@ __global__ void k_admit(dev D, callp P) {
   unsigned lane = threadIdx.x & 31u;
   uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> 5;
-  uint32_t nu = *(volatile unsigned *)&D.g->nunique;
+  uint32_t na = *(volatile unsigned *)&D.g->n_act;
   ull admitted = 0, dirty_new = 0, bytes = 0;
-  for (uint64_t u = w; u < nu; u += nw) {
-    uint32_t rep = P.urep[u], t = P.ptab[rep], r = P.rank[u];
+  for (uint64_t a = w; a < na; a += nw) {
+    uint32_t u = P.act[a], rep = P.urep[u], t = P.ptab[rep], r = P.rank[u];
     const dtab *tb = &D.tabs[t];
     const emc__page_layout *L = &D.layout[t];
     const tstate *ts = &D.ts[t];
@@ -850,6 +874,12 @@ struct emc__cuda_cache {
   uint64_t *stage_ids, *d_params, *d_srows;
   uint8_t *stage_where;
   uint64_t n_lookups, n_inserts;
+  /* EMC_CUDA_PROFILE=1: per-stage device time of lookups, printed at destroy */
+  int prof;
+  cudaEvent_t pev[16];
+  const char *pname[16];
+  double pacc[16], phost, t_entry;
+  uint64_t pcalls;
   size_t index_bytes, arena_bytes;
   int ok;                      /* all device resources made */
 };
@@ -876,7 +906,7 @@ static emc_status cuda_fail(cudaError_t e, const char *what) {
 static unsigned grid_for(uint64_t n, unsigned threads) {
   uint64_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;
-  return (unsigned)(b > 65535u * 4u ? 65535u * 4u : b);
+  return (unsigned)(b > 4096u ? 4096u : b); /* grid-stride loops do the rest */
 }
 
 extern "C" int emc__cuda_available(int device) {
@@ -1097,6 +1127,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   CUG(cudaEventRecord(k->chain, k->priv));
   CUG(cudaStreamSynchronize(k->priv));
   k->ok = 1;
+  k->prof = getenv("EMC_CUDA_PROFILE") && getenv("EMC_CUDA_PROFILE")[0] == '1';
 out:
   free(layout);
   if (st != EMC_OK) emc__cuda_destroy(c);
@@ -1109,6 +1140,15 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   if (!k) return;
   if (k->priv) cudaStreamSynchronize(k->priv);
   cudaDeviceSynchronize(); /* every stream this cache used has finished with its memory */
+  if (k->prof && k->pcalls) {
+    fprintf(stderr, "emc profile: %llu calls, host enqueue %.1f us/call; device us/call:",
+            (unsigned long long)k->pcalls, k->phost / (double)k->pcalls);
+    for (i = 1; i < 10; i++)
+      fprintf(stderr, " %s %.1f", k->pname[i] ? k->pname[i] : "?", 1000.0 * k->pacc[i] / (double)k->pcalls);
+    fprintf(stderr, "\n");
+  }
+  for (i = 0; i < 16; i++)
+    if (k->pev[i]) cudaEventDestroy(k->pev[i]);
   cudaFree(k->D.ix_keys);
   cudaFree(k->D.ix2_keys);
   cudaFree(k->D.arena);
@@ -1203,7 +1243,7 @@ static void carve(emc__cuda_cache *k, callp *P) {
   TAKE(inv, uint32_t *, n * 4);
   TAKE(urep, uint32_t *, n * 4);
   TAKE(rank, uint32_t *, n * 4);
-  q += al(n * 4);
+  TAKE(act, uint32_t *, n * 4);
   TAKE(ukey, ull *, n * 8);
   TAKE(uloc, uint64_t *, n * 8);
   q += al(n * 8);
@@ -1296,6 +1336,31 @@ static emc_status maybe_pass(emc__cuda_cache *k, cudaStream_t st, uint64_t now) 
 }
 
 /* The common pipeline of lookup and insert, enqueued on st. */
+/* Stage marks for EMC_CUDA_PROFILE. */
+static void stage(emc__cuda_cache *k, cudaStream_t st, int i, const char *name) {
+  if (!k->prof || i >= 16) return;
+  if (!k->pev[i]) cudaEventCreate(&k->pev[i]);
+  k->pname[i] = name;
+  cudaEventRecord(k->pev[i], st);
+}
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+static void stage_end(emc__cuda_cache *k, int n) {
+  int i;
+  if (!k->prof) return;
+  k->phost += now_us() - k->t_entry; /* entry to here: host work and launches, no waits */
+  cudaEventSynchronize(k->pev[n - 1]);
+  for (i = 1; i < n; i++) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, k->pev[i - 1], k->pev[i]);
+    k->pacc[i] += ms;
+  }
+  k->pcalls++;
+}
+
 static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const uint64_t *offs_h,
                             uint64_t n, unsigned char *out_d, const unsigned char *rows_d,
                             uint8_t *where_d, const uint64_t *srows_h, cudaStream_t st) {
@@ -1334,7 +1399,9 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
     if (e != cudaSuccess) return cuda_fail(e, "cudaMemcpyAsync(call parameters)");
   }
   P.srows = srows_h ? k->d_srows : NULL;
+  stage(k, st, 0, "start");
   k_keys<<<grid_for(n, 256), 256, 0, st>>>(D, P);
+  stage(k, st, 1, "keys");
   tb = k->cub_bytes;
   if (mode == MODE_INSERT) { /* by id, then (stable) by key; uloc and rank serve as buffers */
     CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, (const ull *)ids_d, P.skeys, P.vals, P.svals,
@@ -1344,24 +1411,38 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
     CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, (const ull *)P.uloc, P.skeys, P.rank, P.svals,
                                        (int64_t)n, 0, (int)D.key_bits, st));
   } else {
-    CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, P.keys, P.skeys, P.vals, P.svals, (int64_t)n,
-                                       0, (int)D.key_bits, st));
+    /* lookups: equal keys only need to be adjacent; sorting a 32-bit hash of the key on
+     * log2(n) + 8 bits takes fewer passes than the key (different keys that share those bits
+     * and interleave give a few duplicate uniques: harmless for a lookup) */
+    int bits = 8;
+    while (bits < 32 && (1ull << (bits - 8)) < n) bits++;
+    CU(cub::DeviceRadixSort::SortPairs(k->cub_tmp, tb, P.flags, P.uidx, P.vals, P.svals, (int64_t)n,
+                                       32 - bits, 32, st));
   }
+  stage(k, st, 2, "sort");
   k_heads<<<grid_for(n, 256), 256, 0, st>>>(D, P);
   tb = k->cub_bytes;
   CU(cub::DeviceScan::InclusiveSum(k->cub_tmp, tb, P.flags, P.uidx, (int64_t)n, st));
   k_scatter<<<grid_for(n, 256), 256, 0, st>>>(D, P);
+  stage(k, st, 3, "heads+scan+scatter");
   k_resolve<<<grid_for(n, 256), 256, 0, st>>>(D, P);
-  if (mode == MODE_LOOKUP) k_copy<<<grid_for(n * 32, 256), 256, 0, st>>>(D, P);
+  stage(k, st, 4, "resolve");
+  if (mode == MODE_LOOKUP) k_copy<<<grid_for(n * CG, 256), 256, 0, st>>>(D, P);
+  stage(k, st, 5, "copy");
   k_count<<<grid_for(n, 256), 256, 0, st>>>(D, P);
+  stage(k, st, 6, "count");
   {
     emc_status ps = maybe_pass(k, st, P.now);
     if (ps != EMC_OK) return ps;
   }
+  stage(k, st, 7, "pass");
   k_plan<<<1, 1, 0, st>>>(D, P);
   k_page_init<<<D.n_pages < 512 ? D.n_pages : 512, 256, 0, st>>>(D);
+  stage(k, st, 8, "plan+page_init");
   k_admit<<<grid_for(n * 32, 256), 256, 0, st>>>(D, P);
+  stage(k, st, 9, "admit");
   CU(cudaGetLastError());
+  stage_end(k, 10);
   return EMC_OK;
 }
 
@@ -1448,6 +1529,7 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   unsigned char *out_d;
   uint8_t *where_d = NULL;
   if (!offs) return EMC_FAIL(EMC_ENOMEM, "offsets copy");
+  if (k->prof) k->t_entry = now_us();
   if ((status = host_offsets(c, offsets, st, offs, &n, &bytes)) != EMC_OK) goto done;
   if (n > 0xfffffff0ull) {
     status = EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^32 - 16", (unsigned long long)n);
@@ -1509,6 +1591,7 @@ extern "C" emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const 
   uint32_t t;
   const unsigned char *rows_d;
   if (!offs) return EMC_FAIL(EMC_ENOMEM, "offsets copy");
+  if (k->prof) k->t_entry = now_us();
   if ((status = host_offsets(c, offsets, st, offs, &n, &bytes)) != EMC_OK) goto done;
   if (n > 0xfffffff0ull) {
     status = EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^32 - 16", (unsigned long long)n);

@@ -37,7 +37,20 @@
 #define EMC_ST_RELEASE(p, v) (__threadfence(), *(volatile __typeof__(*(p)) *)(p) = (v))
 #define EMC_FENCE_ACQUIRE() __threadfence()
 #define EMC_FENCE_RELEASE() __threadfence()
-#define emc__ld_acq_dev(p) ({ __typeof__(*(p)) v_ = *(volatile __typeof__(*(p)) *)(p); __threadfence(); v_; })
+/* ld.acquire.gpu: orders the loads after it without a full fence (membar) per load.
+ * C++ overloads (this header may be included inside extern "C"). */
+extern "C++" {
+__device__ __forceinline__ uint64_t emc__ld_acq_dev(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t emc__ld_acq_dev(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+}
 #else
 #define EMC_LD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define EMC_LD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)

@@ -205,7 +205,7 @@ static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t se
           (unsigned long long)sd.admit_skipped, (unsigned long long)sd.evictions,
           (unsigned long long)sd.evict_passes, (unsigned long long)sd.unified_hits,
           (unsigned long long)sd.rows_cached);
-  if (sc->capacity <= (1u << 20)) /* a small cache under this many ids must have evicted */
+  if (sh.evictions > 100) /* the host cache had to evict: so must the CUDA cache */
     ck_assert_uint_gt(sd.evictions, 0);
   ck_assert_uint_gt(sd.hits, 0);
   pair_free(&p, sc->name);
