@@ -874,6 +874,8 @@ struct emc__cuda_cache {
   uint64_t *stage_ids, *d_params, *d_srows;
   uint8_t *stage_where;
   uint64_t n_lookups, n_inserts;
+  int capturing;               /* the current call's stream is being captured into a graph */
+  uint64_t *params_pinned;     /* call parameters under capture (2 * n_tables + 1 words) */
   /* EMC_CUDA_PROFILE=1: per-stage device time of lookups, printed at destroy */
   int prof;
   cudaEvent_t pev[16];
@@ -1056,6 +1058,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
     d->kind = (uint32_t)tb->kind;
     d->n_slots = layout[t].n_slots;
   }
+  CUG(cudaHostAlloc((void **)&k->params_pinned, ((size_t)n * 2 + 1) * sizeof(uint64_t), cudaHostAllocDefault));
   CUG(cudaHostAlloc((void **)&k->mirror_host, 3 * sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
   k->mirror_host[0] = k->mirror_host[1] = k->mirror_host[2] = 0;
   {
@@ -1173,6 +1176,7 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   cudaFree(k->stage_out);
   cudaFree(k->stage_where);
   if (k->mirror_host) cudaFreeHost(k->mirror_host);
+  if (k->params_pinned) cudaFreeHost(k->params_pinned);
   for (i = 0; i < k->n_regs; i++) cudaHostUnregister((void *)k->regs[i].lo);
   free(k->regs);
   if (k->chain) cudaEventDestroy(k->chain);
@@ -1338,7 +1342,7 @@ static emc_status maybe_pass(emc__cuda_cache *k, cudaStream_t st, uint64_t now) 
 /* The common pipeline of lookup and insert, enqueued on st. */
 /* Stage marks for EMC_CUDA_PROFILE. */
 static void stage(emc__cuda_cache *k, cudaStream_t st, int i, const char *name) {
-  if (!k->prof || i >= 16) return;
+  if (!k->prof || k->capturing || i >= 16) return;
   if (!k->pev[i]) cudaEventCreate(&k->pev[i]);
   k->pname[i] = name;
   cudaEventRecord(k->pev[i], st);
@@ -1350,7 +1354,7 @@ static double now_us(void) {
 }
 static void stage_end(emc__cuda_cache *k, int n) {
   int i;
-  if (!k->prof) return;
+  if (!k->prof || k->capturing) return;
   k->phost += now_us() - k->t_entry; /* entry to here: host work and launches, no waits */
   cudaEventSynchronize(k->pev[n - 1]);
   for (i = 1; i < n; i++) {
@@ -1389,10 +1393,18 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
   P.out = out_d;
   P.src = mode == MODE_INSERT ? rows_d : out_d;
   P.where = where_d;
-  /* pageable -> device async copies return once the source is staged: params_h can go */
+  /* pageable -> device async copies return once the source is staged: params_h can go.
+   * Under capture a graph node may not read pageable memory: the parameters go through a
+   * pinned buffer (the graph replays the offsets of the captured call). */
   {
-    cudaError_t e = cudaMemcpyAsync(k->d_params, params_h, ((size_t)nt * 2 + 1) * sizeof(uint64_t),
-                                    cudaMemcpyHostToDevice, st);
+    const uint64_t *src = params_h;
+    cudaError_t e = cudaSuccess;
+    if (k->capturing) {
+      memcpy(k->params_pinned, params_h, ((size_t)nt * 2 + 1) * sizeof(uint64_t));
+      src = k->params_pinned;
+    }
+    e = cudaMemcpyAsync(k->d_params, src, ((size_t)nt * 2 + 1) * sizeof(uint64_t),
+                        cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess && srows_h)
       e = cudaMemcpyAsync(k->d_srows, srows_h, n * sizeof(uint64_t), cudaMemcpyHostToDevice, st);
     free(params_h);
@@ -1500,9 +1512,14 @@ static void debug_check(emc__cuda_cache *k, const uint64_t *ids_d, uint64_t n, c
 
 /* Begin/end of every enqueueing call: the chain orders this cache's calls on the device. */
 static emc_status begin_call(emc__cuda_cache *k, cudaStream_t st) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   pthread_mutex_lock(&k->lock);
   cudaError_t e = cudaSetDevice(k->device);
-  if (e == cudaSuccess) e = cudaStreamWaitEvent(st, k->chain, 0);
+  /* under stream capture the chain is an external event (the graph then orders itself after
+   * the calls enqueued before its launch) */
+  if (e == cudaSuccess) e = cudaStreamIsCapturing(st, &cs);
+  k->capturing = cs == cudaStreamCaptureStatusActive;
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(st, k->chain, k->capturing ? cudaEventWaitExternal : 0);
   if (e != cudaSuccess) {
     pthread_mutex_unlock(&k->lock);
     return cuda_fail(e, "cudaStreamWaitEvent(previous call)");
@@ -1510,7 +1527,9 @@ static emc_status begin_call(emc__cuda_cache *k, cudaStream_t st) {
   return EMC_OK;
 }
 static emc_status end_call(emc__cuda_cache *k, cudaStream_t st, emc_status status) {
-  cudaError_t e = cudaEventRecord(k->chain, st);
+  cudaError_t e = k->capturing ? cudaEventRecordWithFlags(k->chain, st, cudaEventRecordExternal)
+                               : cudaEventRecord(k->chain, st);
+  k->capturing = 0;
   pthread_mutex_unlock(&k->lock);
   if (status == EMC_OK && e != cudaSuccess) return cuda_fail(e, "cudaEventRecord(chain)");
   return status;
