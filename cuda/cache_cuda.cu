@@ -24,7 +24,7 @@
  *            computation, hashed by a unified-index entry or the store's map), or absent
  *   copy     one fused kernel, a warp per position: 16-byte vector copies when aligned, slot
  *            versions re-checked after the copy (a changed slot is served from its host row)
- *   admit    per-table ranks of the misses, a one-thread planner handing out free slots, bump
+ *   admit    per-table ranks of the misses (taken in resolve), a one-thread planner handing out free slots, bump
  *            slots of the table's current page and new pages (capped at capacity_bytes), then
  *            a warp per miss fills its slot from the row just written to `out`.
  * Eviction (approximate LRU between t1 and t2)
@@ -282,61 +282,91 @@ __global__ void k_scatter(dev D, callp P) {
   }
 }
 
+/* Resolve unique u: its kind (hit / store / absent / invalid), admission flags and location
+ * (pool loc for a hit, store row otherwise). A hit's slot is stamped now. */
+__device__ __forceinline__ void resolve_one(const dev &D, const callp &P, const emc__index_view &ix,
+                                            uint32_t u, uint8_t *kind_out, uint8_t *uf_out,
+                                            uint64_t *loc_out) {
+  uint32_t rep = P.urep[u], t = P.ptab[rep];
+  uint64_t id = P.ids[rep], key = P.ukey[u], loc = 0;
+  const dtab *tb = &D.tabs[t];
+  uint8_t kind = K_ABSENT, uf;
+  int64_t pos, row;
+  int store_path = 1;
+  if (key == D.empty) {
+    *kind_out = K_INVALID;
+    *uf_out = 0;
+    *loc_out = 0;
+    return;
+  }
+  uf = UF_ADMIT;
+  pos = emc__index_find(&ix, key, D.empty);
+  if (pos >= 0) {
+    uint64_t eid = D.ix_ids[pos], l = D.ix_locs[pos];
+    if (eid == id && !(l & EMC__LOC_HOST)) {
+      uint64_t p = emc__loc_page(l);
+      uint32_t s = emc__loc_slot(l);
+      const emc__page_layout *L = &D.layout[t];
+      if (p < D.n_pages && page_table(D, p) == t && s < L->n_slots) {
+        unsigned char *pg = page_of(D, p);
+        if ((*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE) && *emc__slot_owner(pg, L, s) == id) {
+          D.stamps[p * D.max_slots + s] = P.now;
+          store_path = 0;
+          kind = K_HIT;
+          loc = l;
+        }
+      }
+      if (store_path) uf = 0; /* an entry that does not match its slot: never admit over it */
+    } else if (eid == id) {
+      kind = K_STORE;
+      loc = l & EMC__LOC_HOST_ROW_MASK;
+      uf = UF_ADMIT | UF_UNIFIED;
+      store_path = 0;
+    } else {
+      uf = 0; /* hashed collision: served from the store, never admitted */
+    }
+  }
+  if (store_path) {
+    row = P.srows ? (int64_t)P.srows[rep] : store_row_of(tb, id);
+    if (row < 0) {
+      kind = K_ABSENT;
+      uf = 0;
+    } else {
+      kind = K_STORE;
+      loc = (uint64_t)row;
+    }
+  }
+  *kind_out = kind;
+  *uf_out = uf;
+  *loc_out = loc;
+}
+
+/* One thread per unique key: resolve it, rank the misses to admit per table, and append the
+ * uniques k_admit works on (lookups: the misses to admit; inserts: every valid unique) to the
+ * action list, warp by warp. */
 __global__ void k_resolve(dev D, callp P) {
   uint32_t nu = *(volatile unsigned *)&D.g->nunique;
+  unsigned lane = threadIdx.x & 31u;
   emc__index_view ix = ixv(D);
   GRID_STRIDE(u, nu) {
-    uint32_t rep = P.urep[u], t = P.ptab[rep];
-    uint64_t id = P.ids[rep], key = P.ukey[u], loc = 0;
-    const dtab *tb = &D.tabs[t];
-    uint8_t kind, uf = 0;
-    int64_t pos, row;
-    int store_path = 1;
-    if (key == D.empty) {
-      P.ukind[u] = K_INVALID;
-      P.uflags[u] = 0;
-      continue;
-    }
-    uf = UF_ADMIT;
-    pos = emc__index_find(&ix, key, D.empty);
-    if (pos >= 0) {
-      uint64_t eid = D.ix_ids[pos], l = D.ix_locs[pos];
-      if (eid == id && !(l & EMC__LOC_HOST)) {
-        uint64_t p = emc__loc_page(l);
-        uint32_t s = emc__loc_slot(l);
-        const emc__page_layout *L = &D.layout[t];
-        if (p < D.n_pages && page_table(D, p) == t && s < L->n_slots) {
-          unsigned char *pg = page_of(D, p);
-          if ((*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE) && *emc__slot_owner(pg, L, s) == id) {
-            D.stamps[p * D.max_slots + s] = P.now;
-            store_path = 0;
-            kind = K_HIT;
-            loc = l;
-          }
-        }
-        if (store_path) uf = 0; /* an entry that does not match its slot: never admit over it */
-      } else if (eid == id) {
-        kind = K_STORE;
-        loc = l & EMC__LOC_HOST_ROW_MASK;
-        uf = UF_ADMIT | UF_UNIFIED;
-        store_path = 0;
-      } else {
-        uf = 0; /* hashed collision: served from the store, never admitted */
-      }
-    }
-    if (store_path) {
-      row = P.srows ? (int64_t)P.srows[rep] : store_row_of(tb, id);
-      if (row < 0) {
-        kind = K_ABSENT;
-        uf = 0;
-      } else {
-        kind = K_STORE;
-        loc = (uint64_t)row;
-      }
-    }
+    uint8_t kind, uf;
+    uint64_t loc;
+    uint32_t r = NONE32, mask = __activemask(), b, base = 0;
+    int want;
+    resolve_one(D, P, ix, (uint32_t)u, &kind, &uf, &loc);
     P.ukind[u] = kind;
     P.uflags[u] = uf;
     P.uloc[u] = loc;
+    if (kind == K_STORE && (uf & UF_ADMIT)) r = atomicAdd(&D.ts[P.ptab[P.urep[u]]].need, 1u);
+    P.rank[u] = r;
+    want = P.mode == MODE_INSERT ? kind != K_INVALID : r != NONE32;
+    b = __ballot_sync(mask, want);
+    if (b) {
+      int leader = __ffs(b) - 1;
+      if ((int)lane == leader) base = atomicAdd(&D.g->n_act, (unsigned)__popc(b));
+      base = __shfl_sync(mask, base, leader);
+      if (want) P.act[base + __popc(b & ((1u << lane) - 1u))] = (uint32_t)u;
+    }
   }
 }
 
@@ -400,28 +430,6 @@ __global__ void k_copy(dev D, callp P) {
     if (absent) atomicAdd(&D.g->absent, absent);
     if (unified) atomicAdd(&D.g->unified, unified);
     if (retries) atomicAdd(&D.g->retries, retries);
-  }
-}
-
-/* Per-table ranks of the unique misses to admit, and the list of uniques k_admit works on
- * (lookups: the misses to admit; inserts: every unique), appended warp by warp. */
-__global__ void k_count(dev D, callp P) {
-  uint32_t nu = *(volatile unsigned *)&D.g->nunique;
-  unsigned lane = threadIdx.x & 31u;
-  GRID_STRIDE(u, nu) {
-    uint32_t r = NONE32, mask = __activemask(), b, base = 0;
-    int want;
-    if (P.ukind[u] == K_STORE && (P.uflags[u] & UF_ADMIT))
-      r = atomicAdd(&D.ts[P.ptab[P.urep[u]]].need, 1u);
-    P.rank[u] = r;
-    want = P.mode == MODE_INSERT ? P.ukind[u] != K_INVALID : r != NONE32;
-    b = __ballot_sync(mask, want);
-    if (b) {
-      int leader = __ffs(b) - 1;
-      if ((int)lane == leader) base = atomicAdd(&D.g->n_act, (unsigned)__popc(b));
-      base = __shfl_sync(mask, base, leader);
-      if (want) P.act[base + __popc(b & ((1u << lane) - 1u))] = (uint32_t)u;
-    }
   }
 }
 
@@ -1438,11 +1446,10 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
   k_scatter<<<grid_for(n, 256), 256, 0, st>>>(D, P);
   stage(k, st, 3, "heads+scan+scatter");
   k_resolve<<<grid_for(n, 256), 256, 0, st>>>(D, P);
-  stage(k, st, 4, "resolve");
+  stage(k, st, 4, "resolve+rank");
   if (mode == MODE_LOOKUP) k_copy<<<grid_for(n * CG, 256), 256, 0, st>>>(D, P);
   stage(k, st, 5, "copy");
-  k_count<<<grid_for(n, 256), 256, 0, st>>>(D, P);
-  stage(k, st, 6, "count");
+  stage(k, st, 6, "-");
   {
     emc_status ps = maybe_pass(k, st, P.now);
     if (ps != EMC_OK) return ps;

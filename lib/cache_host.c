@@ -920,6 +920,7 @@ uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table) {
 emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out) {
   emc__host_cache *h;
   if (!c || !out) return EMC_FAIL(EMC_EINVAL, "c or out is NULL");
+  if (!c->host) return EMC_FAIL(EMC_EUNSUPPORTED, "white-box checks cover the host backend only");
   h = c->host;
   pthread_mutex_lock(&h->lock);
   out->passes = LD(h->n_passes);
@@ -950,6 +951,7 @@ emc_status emc__cache_check(emc_cache *c) {
   const emc__index_view *ix;
   uint32_t p, t;
   if (!c) return EMC_FAIL(EMC_EINVAL, "c is NULL");
+  if (!c->host) return EMC_FAIL(EMC_EUNSUPPORTED, "white-box checks cover the host backend only");
   h = c->host;
   empty = emc__key_empty(c->codec.key_bits);
   tomb = emc__key_tomb(c->codec.key_bits);
