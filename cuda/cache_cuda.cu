@@ -1761,6 +1761,192 @@ extern "C" emc_status emc__cuda_stats(const emc_cache *c, emc_stats *o) {
   return EMC_OK;
 }
 
+/* ================================================================= white-box check */
+#define CHK(cond, ...)                                  \
+  do {                                                  \
+    if (!(cond)) {                                      \
+      st = EMC_FAIL(EMC_ECORRUPT, __VA_ARGS__);         \
+      goto done;                                        \
+    }                                                   \
+  } while (0)
+
+/* Copy the device structures to the host and verify them (tests; waits for the device):
+ * pages held + free = all, every live slot has exactly one index entry pointing at it and
+ * vice versa, every entry's key is the global key of its (table, id) and found where it is,
+ * unified entries point at their id's store row, byte / row / dirty counts agree, use stays
+ * at or below t1, and every slot on a free list or bump range is free and of its table. */
+extern "C" emc_status emc__cuda_check(emc_cache *c) {
+  emc__cuda_cache *k = c->cuda;
+  const dev &D = k->D;
+  uint32_t nt = k->n_tables, t, p, s;
+  uint64_t S = (uint64_t)D.n_pages * D.max_slots, i;
+  uint64_t empty = D.empty, bytes = 0, dirty = 0, live = 0, host_entries = 0, entries = 0;
+  unsigned char *arena = NULL;
+  uint64_t *ix = NULL, *rows = NULL;
+  uint32_t *free_pages = NULL, *free_slots = NULL;
+  uint8_t *seen = NULL;
+  emc__page_layout *L = NULL;
+  tstate *ts = NULL;
+  dglob g;
+  emc_status st = EMC_OK;
+  cudaError_t e;
+  if (!k) return EMC_FAIL(EMC_EUNSUPPORTED, "not a CUDA cache");
+  if ((st = begin_call(k, k->priv)) != EMC_OK) return st;
+  e = cudaStreamSynchronize(k->priv);
+  arena = (unsigned char *)malloc(k->arena_bytes);
+  ix = (uint64_t *)malloc(k->index_bytes);
+  free_pages = (uint32_t *)malloc((size_t)D.n_pages * 4);
+  free_slots = (uint32_t *)malloc(S * 4);
+  seen = (uint8_t *)calloc(S + D.n_pages, 1);
+  L = (emc__page_layout *)malloc(nt * sizeof *L);
+  ts = (tstate *)malloc(nt * sizeof *ts);
+  rows = (uint64_t *)calloc(nt, 8);
+  if (!arena || !ix || !free_pages || !free_slots || !seen || !L || !ts || !rows) {
+    st = EMC_FAIL(EMC_ENOMEM, "check scratch");
+    goto done;
+  }
+  if (e == cudaSuccess) e = cudaMemcpy(arena, D.arena, k->arena_bytes, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(ix, D.ix_keys, k->index_bytes, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(free_pages, D.free_pages, (size_t)D.n_pages * 4, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(free_slots, D.free_slots, S * 4, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(L, D.layout, nt * sizeof *L, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(ts, D.ts, nt * sizeof *ts, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(&g, D.g, sizeof g, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    st = cuda_fail(e, "copying the cache to the host");
+    goto done;
+  }
+  {
+    emc__index_view v;
+    uint64_t *keys = ix, *ids = ix + D.ix_slots, *locs = ix + 2 * D.ix_slots, held = 0;
+    v.keys = keys;
+    v.ids = ids;
+    v.locs = locs;
+    v.n_buckets = D.ix_buckets;
+    /* free page stack */
+    CHK(g.free_top <= D.n_pages, "free_top %u > %u pages", g.free_top, D.n_pages);
+    for (i = 0; i < g.free_top; i++) {
+      p = free_pages[i];
+      CHK(p < D.n_pages && !seen[S + p], "free page stack entry %llu: page %u bad or twice",
+          (unsigned long long)i, p);
+      seen[S + p] = 1;
+      CHK((uint32_t)((emc__page_hdr *)(arena + (uint64_t)p * D.page_bytes))->tag == EMC__PAGE_NONE,
+          "page %u is on the free stack but held", p);
+    }
+    /* pages and slots */
+    for (p = 0; p < D.n_pages; p++) {
+      unsigned char *pg = arena + (uint64_t)p * D.page_bytes;
+      t = (uint32_t)((emc__page_hdr *)pg)->tag;
+      if (t == EMC__PAGE_NONE) {
+        CHK(seen[S + p], "free page %u is not on the free stack", p);
+        continue;
+      }
+      held++;
+      CHK(t < nt, "page %u: table %u", p, t);
+      for (s = 0; s < L[t].n_slots; s++) {
+        uint8_t fl = *emc__slot_flags(pg, &L[t], s);
+        uint64_t id, key;
+        int64_t pos;
+        CHK(!(*emc__slot_seq(pg, &L[t], s) & 1u), "page %u slot %u: odd version", p, s);
+        if (!(fl & EMC__SLOT_LIVE)) continue;
+        id = *emc__slot_owner(pg, &L[t], s);
+        key = emc__global_key(&c->codec.tables[t], id, c->codec.hash_seed);
+        pos = emc__index_find(&v, key, empty);
+        CHK(pos >= 0 && ids[pos] == id && locs[pos] == emc__loc_pool(p, s),
+            "table %u id %llu in page %u slot %u: no index entry points at it", t,
+            (unsigned long long)id, p, s);
+        live++;
+        bytes += L[t].stride;
+        dirty += (fl & EMC__SLOT_DIRTY) != 0;
+        rows[t]++;
+      }
+    }
+    CHK(held == g.pages_held && held + g.free_top == D.n_pages,
+        "pages: %llu held (counter %llu) + %u free != %u", (unsigned long long)held,
+        (unsigned long long)g.pages_held, g.free_top, D.n_pages);
+    /* index */
+    for (i = 0; i < D.ix_slots; i++) {
+      int64_t tt;
+      if (keys[i] == empty) continue;
+      entries++;
+      tt = emc__codec_table_of(&c->codec, keys[i]);
+      CHK(tt >= 0 && keys[i] == emc__global_key(&c->codec.tables[tt], ids[i], c->codec.hash_seed),
+          "index slot %llu: key is not the global key of its id", (unsigned long long)i);
+      CHK(emc__index_find(&v, keys[i], empty) == (int64_t)i, "index slot %llu: key found elsewhere",
+          (unsigned long long)i);
+      if (locs[i] & EMC__LOC_HOST) {
+        const emc__table *tb = &c->store->tables[tt];
+        uint64_t r = locs[i] & EMC__LOC_HOST_ROW_MASK;
+        host_entries++;
+        CHK(tb->kind == EMC_TABLE_HASHED && r < tb->count && tb->row_ids[r] == ids[i],
+            "unified entry of table %lld id %llu points at a wrong row", (long long)tt,
+            (unsigned long long)ids[i]);
+      } else {
+        uint64_t pp = emc__loc_page(locs[i]);
+        uint32_t ss = emc__loc_slot(locs[i]);
+        unsigned char *pg = arena + pp * D.page_bytes;
+        CHK(pp < D.n_pages && (uint32_t)((emc__page_hdr *)pg)->tag == (uint32_t)tt &&
+                ss < L[tt].n_slots && (*emc__slot_flags(pg, &L[tt], ss) & EMC__SLOT_LIVE) &&
+                *emc__slot_owner(pg, &L[tt], ss) == ids[i],
+            "entry of table %lld id %llu points at a slot that is not its row", (long long)tt,
+            (unsigned long long)ids[i]);
+      }
+    }
+    CHK(entries == live + host_entries, "%llu entries != %llu live slots + %llu unified",
+        (unsigned long long)entries, (unsigned long long)live, (unsigned long long)host_entries);
+    CHK(host_entries == g.host_entries && host_entries <= D.unified_max,
+        "unified entries %llu, counter %llu, limit %llu", (unsigned long long)host_entries,
+        (unsigned long long)g.host_entries, (unsigned long long)D.unified_max);
+    CHK(bytes == g.bytes_in_use, "bytes in use %llu, slots add up to %llu",
+        (unsigned long long)g.bytes_in_use, (unsigned long long)bytes);
+    CHK(bytes <= D.high, "bytes in use %llu above t1 (%llu)", (unsigned long long)bytes,
+        (unsigned long long)D.high);
+    CHK(dirty == g.dirty_rows, "dirty rows %llu, counter %llu", (unsigned long long)dirty,
+        (unsigned long long)g.dirty_rows);
+    for (t = 0; t < nt; t++) {
+      uint32_t j;
+      CHK(rows[t] == ts[t].rows_cached, "table %u: %llu rows cached, counter %llu", t,
+          (unsigned long long)rows[t], (unsigned long long)ts[t].rows_cached);
+      CHK(ts[t].need == 0, "table %u: need %u left over", t, ts[t].need);
+      /* the free segment not yet handed out: free slots of this table's pages, once each */
+      CHK(ts[t].seg_start <= ts[t].seg_end && ts[t].seg_end <= S &&
+              ts[t].cursor <= ts[t].seg_end - ts[t].seg_start,
+          "table %u: free segment [%u, %u) cursor %u", t, ts[t].seg_start, ts[t].seg_end, ts[t].cursor);
+      for (j = ts[t].seg_start + ts[t].cursor; j < ts[t].seg_end; j++) {
+        uint32_t h = free_slots[j], pp = h / D.max_slots, ss = h % D.max_slots;
+        unsigned char *pg = arena + (uint64_t)pp * D.page_bytes;
+        CHK(pp < D.n_pages && (uint32_t)((emc__page_hdr *)pg)->tag == t && ss < L[t].n_slots &&
+                !(*emc__slot_flags(pg, &L[t], ss) & EMC__SLOT_LIVE) && !seen[h],
+            "table %u: free-list slot %u (page %u slot %u) is live, foreign or listed twice", t, h, pp, ss);
+        seen[h] = 1;
+      }
+      if (ts[t].cur_page != NONE32) {
+        unsigned char *pg = arena + (uint64_t)ts[t].cur_page * D.page_bytes;
+        CHK(ts[t].cur_page < D.n_pages && (uint32_t)((emc__page_hdr *)pg)->tag == t &&
+                ts[t].bump <= L[t].n_slots,
+            "table %u: current page %u / bump %u", t, ts[t].cur_page, ts[t].bump);
+        for (s = ts[t].bump; s < L[t].n_slots; s++) {
+          uint32_t h = ts[t].cur_page * D.max_slots + s;
+          CHK(!(*emc__slot_flags(pg, &L[t], s) & EMC__SLOT_LIVE) && !seen[h],
+              "table %u: bump slot %u of page %u is live or also on a free list", t, s, ts[t].cur_page);
+        }
+      }
+    }
+  }
+done:
+  end_call(k, k->priv, EMC_OK);
+  free(arena);
+  free(ix);
+  free(free_pages);
+  free(free_slots);
+  free(seen);
+  free(L);
+  free(ts);
+  free(rows);
+  return st;
+}
+#undef CHK
+
 extern "C" emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, uint64_t *out) {
   emc__cuda_cache *k = c->cuda;
   tstate ts;

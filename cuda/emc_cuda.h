@@ -21,6 +21,9 @@ emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
                      const void *rows, void *stream);
 emc_status emc__cuda_flush(emc_cache *c, void *stream);
 emc_status emc__cuda_stats(const emc_cache *c, emc_stats *out);
+/* White-box check of a CUDA cache's device structures (tests): EMC_OK or EMC_ECORRUPT with a
+ * detail. Waits for the device. */
+emc_status emc__cuda_check(emc_cache *c);
 emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, uint64_t *out);
 
 /* Global keys of a batch computed on device 0 by the shared per-item code (host pointers in

@@ -9,7 +9,7 @@
  * (odd ones too), f32 and f16, 32- and 64-bit keys, dense and hashed tables (absent ids too),
  * heavy eviction, batches larger than the cache, host and device memory for ids/offsets/out,
  * concurrent lookups on two streams while a third thread inserts, bad ids, a budget above the
- * device's memory.
+ * device's memory. After every lookup, emc__cuda_check verifies the device structures.
  *
  * EMC_TEST_QUICK=1 runs a quarter of the batches (for compute-sanitizer).
  * Exits 77 (CTest SKIP_RETURN_CODE) when no CUDA device answers. Check runs NOFORK: CUDA does
@@ -145,6 +145,10 @@ static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t se
       ck_assert_msg(d < 0, "%s: host and CUDA rows differ at byte %ld of %zu", what, d, bytes);
     }
     emct_world_check_rows(&p.wd, ranks, offsets, od, wdr, what);
+    {
+      emc_status cs = emc__cuda_check(p.cd);
+      ck_assert_msg(cs == EMC_OK, "%s: emc__cuda_check: %s", what, emc_last_error_detail());
+    }
     for (i = 0; i < n; i++) /* absent is absent on both; cache vs store may differ */
       ck_assert_msg((whr[i] == EMC_WHERE_ABSENT) == (wdr[i] == EMC_WHERE_ABSENT),
                     "%s: position %llu: where %u (host) vs %u (CUDA)", what, (unsigned long long)i,
@@ -387,6 +391,7 @@ START_TEST(two_streams_and_an_inserter) {
     ck_assert_msg(!L[i].failed, "lookup thread %d: %s", i, L[i].msg);
     CUDA_OK(cudaStreamDestroy(L[i].stream));
   }
+  EMCT_OK(emc__cuda_check(c));
   EMCT_OK(emc_cache_destroy(c));
   emct_world_check_store(&w, "two streams and an inserter");
   emct_world_free(&w);
