@@ -433,9 +433,27 @@ __global__ void k_copy(dev D, callp P) {
   }
 }
 
-/* One thread: grant each table's misses slots from its free segment, its current page and new
- * pages, within capacity_bytes. */
+/* One block. Thread 0 grants each table's misses slots from its free segment, its current page
+ * and new pages, within t1; then the block gives the new pages their table's layout. */
+__device__ void plan_tables(const dev &D, const callp &P);
 __global__ void k_plan(dev D, callp P) {
+  if (threadIdx.x == 0) plan_tables(D, P);
+  __syncthreads();
+  /* pages handed out take their new table's layout: every slot's version, owner and flags are
+   * zeroed (the bytes under the new layout held the page's previous life) */
+  for (uint32_t i = 0; i < D.g->plan_used; i++) {
+    uint32_t p = D.plan_pages[i], t = page_table(D, p), s;
+    unsigned char *pg = page_of(D, p);
+    const emc__page_layout *L = &D.layout[t];
+    for (s = threadIdx.x; s < L->n_slots; s += blockDim.x) {
+      *emc__slot_seq(pg, L, s) = 0;
+      *emc__slot_owner(pg, L, s) = 0;
+      *emc__slot_flags(pg, L, s) = 0;
+    }
+  }
+}
+
+__device__ void plan_tables(const dev &D, const callp &P) {
   dglob *g = D.g;
   ull room = g->bytes_in_use < D.high ? D.high - g->bytes_in_use : 0, granted = 0, skipped = 0;
   ull demand = 0;
@@ -490,22 +508,6 @@ __global__ void k_plan(dev D, callp P) {
   if (P.mode == MODE_LOOKUP) g->admit_skipped += skipped;
   *(volatile ull *)&D.mirror[0] = g->bytes_in_use + granted;
   *(volatile ull *)&D.mirror[2] = demand; /* the next call expects about as much */
-}
-
-/* Pages handed out by k_plan take their new table's layout: every slot's version, owner and
- * flags are zeroed (the bytes under the new layout held the page's previous life). */
-__global__ void k_page_init(dev D) {
-  uint32_t used = *(volatile unsigned *)&D.g->plan_used;
-  for (uint32_t i = blockIdx.x; i < used; i += gridDim.x) {
-    uint32_t p = D.plan_pages[i], t = page_table(D, p), s;
-    unsigned char *pg = page_of(D, p);
-    const emc__page_layout *L = &D.layout[t];
-    for (s = threadIdx.x; s < L->n_slots; s += blockDim.x) {
-      *emc__slot_seq(pg, L, s) = 0;
-      *emc__slot_owner(pg, L, s) = 0;
-      *emc__slot_flags(pg, L, s) = 0;
-    }
-  }
 }
 
 /* Admission (and, for inserts, in-place updates and write-through): a warp per unique key. */
@@ -1455,8 +1457,7 @@ static emc_status run_batch(emc_cache *c, int mode, const uint64_t *ids_d, const
     if (ps != EMC_OK) return ps;
   }
   stage(k, st, 7, "pass");
-  k_plan<<<1, 1, 0, st>>>(D, P);
-  k_page_init<<<D.n_pages < 512 ? D.n_pages : 512, 256, 0, st>>>(D);
+  k_plan<<<1, 1024, 0, st>>>(D, P);
   stage(k, st, 8, "plan+page_init");
   k_admit<<<grid_for(n * 32, 256), 256, 0, st>>>(D, P);
   stage(k, st, 9, "admit");

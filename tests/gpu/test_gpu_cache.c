@@ -452,6 +452,17 @@ START_TEST(bad_ids_and_budgets) {
     uint64_t bad_off[3] = {0, 3, 2};
     EMCT_ST(emc_lookup(c, dids, bad_off, dout, NULL), EMC_EINVAL);
   }
+  /* a batch whose scratch cannot fit the device: EMC_EDEVMEM, nothing launched, and the cache
+   * still serves the next call */
+  {
+    uint64_t huge[3] = {0, 1ull << 31, 1ull << 31};
+    EMCT_ST(emc_lookup(c, dids, huge, dout, NULL), EMC_EDEVMEM);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "cudaMalloc"));
+    ids[1] = 999;
+    EMCT_OK(emc_lookup(c, ids, offsets, out, NULL));
+    ck_assert(memcmp(out + 32, w.ref[0] + 999 * 32, 32) == 0);
+    EMCT_OK(emc__cuda_check(c));
+  }
   cudaFree(dids);
   cudaFree(dout);
   EMCT_OK(emc_cache_destroy(c));
