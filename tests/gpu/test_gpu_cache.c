@@ -453,8 +453,9 @@ START_TEST(bad_ids_and_budgets) {
     EMCT_ST(emc_lookup(c, dids, bad_off, dout, NULL), EMC_EINVAL);
   }
   /* a batch whose scratch cannot fit the device: EMC_EDEVMEM, nothing launched, and the cache
-   * still serves the next call */
-  {
+   * still serves the next call (not in quick mode: compute-sanitizer reports the deliberately
+   * failing cudaMallocAsync as an error) */
+  if (!quick) {
     uint64_t huge[3] = {0, 1ull << 31, 1ull << 31};
     EMCT_ST(emc_lookup(c, dids, huge, dout, NULL), EMC_EDEVMEM);
     ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "cudaMalloc"));
