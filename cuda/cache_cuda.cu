@@ -510,6 +510,27 @@ __device__ void plan_tables(const dev &D, const callp &P) {
   *(volatile ull *)&D.mirror[2] = demand; /* the next call expects about as much */
 }
 
+/* Writer side of a slot, by a warp (lane 0 owns the version): the version goes odd and the row
+ * is copied in; lane 0 then sets the metadata and calls slot_end. Calls of a cache are ordered
+ * on the device, so no other writer touches the slot meanwhile. */
+__device__ __forceinline__ void warp_slot_write(unsigned char *pg, const emc__page_layout *L,
+                                                uint32_t s, const unsigned char *src,
+                                                uint32_t bytes, unsigned lane) {
+  if (lane == 0) {
+    uint32_t *q = emc__slot_seq(pg, L, s);
+    *(volatile uint32_t *)q = *q + 1u;
+    __threadfence();
+  }
+  __syncwarp();
+  warp_copy(emc__slot_row(pg, L, s), src, bytes, lane);
+  __syncwarp();
+}
+__device__ __forceinline__ void slot_end(unsigned char *pg, const emc__page_layout *L, uint32_t s) {
+  uint32_t *q = emc__slot_seq(pg, L, s);
+  __threadfence();
+  *(volatile uint32_t *)q = *q + 1u;
+}
+
 /* Admission (and, for inserts, in-place updates and write-through): a warp per unique key. */
 __global__ void k_admit(dev D, callp P) {
   unsigned lane = threadIdx.x & 31u;
@@ -533,22 +554,13 @@ __global__ void k_admit(dev D, callp P) {
       p = (uint32_t)emc__loc_page(loc);
       s = emc__loc_slot(loc);
       pg = page_of(D, p);
+      warp_slot_write(pg, L, s, src, tb->row_bytes, lane);
       if (lane == 0) {
-        uint32_t *q = emc__slot_seq(pg, L, s);
-        *(volatile uint32_t *)q = *q + 1u;
-        __threadfence();
-      }
-      __syncwarp();
-      warp_copy(emc__slot_row(pg, L, s), src, tb->row_bytes, lane);
-      __syncwarp();
-      if (lane == 0) {
-        uint32_t *q = emc__slot_seq(pg, L, s);
         fl = *emc__slot_flags(pg, L, s);
         *emc__slot_flags(pg, L, s) = (uint8_t)(fl | EMC__SLOT_DIRTY);
         D.stamps[(uint64_t)p * D.max_slots + s] = P.now;
         dirty_new += !(fl & EMC__SLOT_DIRTY);
-        __threadfence();
-        *(volatile uint32_t *)q = *q + 1u;
+        slot_end(pg, L, s);
       }
       continue;
     }
@@ -570,16 +582,8 @@ __global__ void k_admit(dev D, callp P) {
       s = q % L->n_slots;
     }
     pg = page_of(D, p);
+    warp_slot_write(pg, L, s, src, tb->row_bytes, lane);
     if (lane == 0) {
-      uint32_t *q = emc__slot_seq(pg, L, s);
-      *(volatile uint32_t *)q = *q + 1u;
-      __threadfence();
-    }
-    __syncwarp();
-    warp_copy(emc__slot_row(pg, L, s), src, tb->row_bytes, lane);
-    __syncwarp();
-    if (lane == 0) {
-      uint32_t *q = emc__slot_seq(pg, L, s);
       uint64_t loc = emc__loc_pool(p, s);
       int ok;
       *emc__slot_owner(pg, L, s) = id;
@@ -601,8 +605,7 @@ __global__ void k_admit(dev D, callp P) {
       /* a key admitted twice in one call (hashed collision): the loser's slot stays free and
        * the next pass takes it back; its row goes through to the store */
       *emc__slot_flags(pg, L, s) = ok ? (uint8_t)(EMC__SLOT_LIVE | (P.dirty ? EMC__SLOT_DIRTY : 0)) : 0;
-      __threadfence();
-      *(volatile uint32_t *)q = *q + 1u;
+      slot_end(pg, L, s);
       if (ok) {
         admitted++;
         bytes += L->stride;
@@ -1298,17 +1301,16 @@ static emc_status host_offsets(emc_cache *c, const uint64_t *offsets, cudaStream
   return emc__check_offsets(c->store, buf, total, bytes);
 }
 
-static emc_status check_dense_ids_host(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets) {
-  uint32_t t;
-  uint64_t i;
-  for (t = 0; t < c->store->n_tables; t++) {
-    const emc__table *tb = &c->store->tables[t];
-    if (tb->kind != EMC_TABLE_DENSE) continue;
-    for (i = offsets[t]; i < offsets[t + 1]; i++)
-      if (ids[i] >= tb->rows)
-        return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%llu] = %llu >= rows %llu", t, tb->name,
-                        (unsigned long long)i, (unsigned long long)ids[i], (unsigned long long)tb->rows);
-  }
+/* The host-visible checks shared by lookup and insert: offsets (copied to offs), the batch
+ * size, NULL pointers. */
+static emc_status batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                             const void *buf, const char *buf_name, cudaStream_t st,
+                             uint64_t *offs, uint64_t *n, size_t *bytes) {
+  EMC_TRY(host_offsets(c, offsets, st, offs, n, bytes));
+  if (*n > 0xfffffff0ull)
+    return EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^32 - 16", (unsigned long long)*n);
+  if (*n > 0 && !ids) return EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)*n);
+  if (*bytes > 0 && !buf) return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, *bytes);
   return EMC_OK;
 }
 
@@ -1557,18 +1559,12 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   uint8_t *where_d = NULL;
   if (!offs) return EMC_FAIL(EMC_ENOMEM, "offsets copy");
   if (k->prof) k->t_entry = now_us();
-  if ((status = host_offsets(c, offsets, st, offs, &n, &bytes)) != EMC_OK) goto done;
-  if (n > 0xfffffff0ull) {
-    status = EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^32 - 16", (unsigned long long)n);
-    goto done;
-  }
-  if (n > 0 && !ids) { status = EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)n); goto done; }
-  if (bytes > 0 && !out) { status = EMC_FAIL(EMC_EINVAL, "out is NULL with %zu bytes", bytes); goto done; }
+  if ((status = batch_args(c, ids, offsets, out, "out", st, offs, &n, &bytes)) != EMC_OK) goto done;
   if (n == 0) goto done;
   ids_dev = device_accessible(ids);
   out_dev = device_accessible(out);
   where_dev = where && device_accessible(where);
-  if (!ids_dev && (status = check_dense_ids_host(c, ids, offs)) != EMC_OK) goto done;
+  if (!ids_dev && (status = emc__check_dense_ids(c->store, ids, offs)) != EMC_OK) goto done;
   if ((status = begin_call(k, st)) != EMC_OK) goto done;
   status = ensure_scratch(k, n, out_dev ? 0 : bytes, st);
   if (status == EMC_OK) {
@@ -1619,13 +1615,7 @@ extern "C" emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const 
   const unsigned char *rows_d;
   if (!offs) return EMC_FAIL(EMC_ENOMEM, "offsets copy");
   if (k->prof) k->t_entry = now_us();
-  if ((status = host_offsets(c, offsets, st, offs, &n, &bytes)) != EMC_OK) goto done;
-  if (n > 0xfffffff0ull) {
-    status = EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^32 - 16", (unsigned long long)n);
-    goto done;
-  }
-  if (n > 0 && !ids) { status = EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)n); goto done; }
-  if (bytes > 0 && !rows) { status = EMC_FAIL(EMC_EINVAL, "rows is NULL with %zu bytes", bytes); goto done; }
+  if ((status = batch_args(c, ids, offsets, rows, "rows", st, offs, &n, &bytes)) != EMC_OK) goto done;
   if (n == 0) goto done;
   ids_dev = device_accessible(ids);
   rows_dev = device_accessible(rows);
@@ -1640,7 +1630,7 @@ extern "C" emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const 
   } else {
     memcpy(ids_h, ids, n * 8);
   }
-  if ((status = check_dense_ids_host(c, ids_h, offs)) != EMC_OK) goto done;
+  if ((status = emc__check_dense_ids(c->store, ids_h, offs)) != EMC_OK) goto done;
   if ((status = begin_call(k, st)) != EMC_OK) goto done;
   locked = 1;
   for (t = 0; t < s->n_tables; t++) {

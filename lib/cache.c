@@ -160,23 +160,13 @@ emc_backend emc_cache_backend(const emc_cache *c) { return c ? c->backend : EMC_
 /* Checks shared by lookup and insert: pointers, offsets, dense id ranges. */
 static emc_status check_batch(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               const void *buf, const char *buf_name) {
-  uint64_t total, i;
+  uint64_t total;
   size_t bytes;
-  uint32_t t;
   if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
   EMC_TRY(emc__check_offsets(c->store, offsets, &total, &bytes));
   if (total > 0 && !ids) return EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)total);
   if (bytes > 0 && !buf) return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, bytes);
-  for (t = 0; t < c->store->n_tables; t++) {
-    const emc__table *tb = &c->store->tables[t];
-    if (tb->kind != EMC_TABLE_DENSE) continue;
-    for (i = offsets[t]; i < offsets[t + 1]; i++)
-      if (ids[i] >= tb->rows)
-        return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%llu] = %llu >= rows %llu", t, tb->name,
-                        (unsigned long long)i, (unsigned long long)ids[i],
-                        (unsigned long long)tb->rows);
-  }
-  return EMC_OK;
+  return emc__check_dense_ids(c->store, ids, offsets);
 }
 
 emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, void *out,

@@ -103,6 +103,10 @@ EMC_INTERNAL uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *id
 EMC_INTERNAL emc_status emc__store_attach(emc_store *s);
 EMC_INTERNAL void emc__store_detach(emc_store *s);
 
+/* EMC_ERANGE (detail names table, position and id) if a dense table's segment of a batch holds
+ * an id >= rows; offsets already validated. */
+EMC_INTERNAL emc_status emc__check_dense_ids(const emc_store *s, const uint64_t *ids,
+                                             const uint64_t *offsets);
 /* Validate a batch's offsets against the store; on success *total_ids = offsets[n_tables]
  * and *bytes = packed row bytes. */
 EMC_INTERNAL emc_status emc__check_offsets(const emc_store *s, const uint64_t *offsets,

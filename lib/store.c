@@ -277,6 +277,21 @@ emc_status emc__check_offsets(const emc_store *s, const uint64_t *offsets, uint6
   return EMC_OK;
 }
 
+emc_status emc__check_dense_ids(const emc_store *s, const uint64_t *ids, const uint64_t *offsets) {
+  uint32_t t;
+  uint64_t i;
+  for (t = 0; t < s->n_tables; t++) {
+    const emc__table *tb = &s->tables[t];
+    if (tb->kind != EMC_TABLE_DENSE) continue;
+    for (i = offsets[t]; i < offsets[t + 1]; i++)
+      if (ids[i] >= tb->rows)
+        return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%llu] = %llu >= rows %llu", t, tb->name,
+                        (unsigned long long)i, (unsigned long long)ids[i],
+                        (unsigned long long)tb->rows);
+  }
+  return EMC_OK;
+}
+
 emc_status emc_batch_bytes(const emc_store *s, const uint64_t *offsets, size_t *out) {
   if (!out) return EMC_FAIL(EMC_EINVAL, "out is NULL");
   return emc__check_offsets(s, offsets, NULL, out);
