@@ -536,6 +536,40 @@ static void drop_old_host_entries(emc_cache *c, uint64_t now, uint64_t cutoff) {
   }
 }
 
+/* A live slot's stamp clamped into [min_stamp, now]: a racing reader may restamp a slot
+ * between the scans of a pass. */
+static uint64_t clamped_stamp(const emc__host_cache *h, uint32_t p, uint32_t s, uint64_t now,
+                              uint64_t min_stamp) {
+  uint64_t st = EMC_LD_RELAXED(slot_stamp(h, p, s));
+  if (st > now) st = now;
+  return st < min_stamp ? min_stamp : st;
+}
+
+/* The two read-only scans of a pass over the live slots: with hist NULL, the oldest stamp
+ * (returned, at most now); otherwise adds each slot's stride to its stamp bucket. */
+static uint64_t scan_stamps(const emc__host_cache *h, uint64_t now, uint64_t min_stamp,
+                            uint64_t width, uint64_t *hist) {
+  uint32_t p, s;
+  for (p = 0; p < h->n_pages; p++) {
+    emc__page_hdr *ph = hdr_at(h, p);
+    uint32_t t = (uint32_t)ph->tag;
+    unsigned char *pg = (unsigned char *)ph;
+    const emc__page_layout *L;
+    if (t == EMC__PAGE_NONE) continue;
+    L = &h->layout[t];
+    for (s = 0; s < L->n_slots; s++) {
+      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
+      if (!hist) {
+        uint64_t st = EMC_LD_RELAXED(slot_stamp(h, p, s));
+        if (st < min_stamp) min_stamp = st;
+      } else {
+        hist[(clamped_stamp(h, p, s, now, min_stamp) - min_stamp) / width] += L->stride;
+      }
+    }
+  }
+  return min_stamp;
+}
+
 /* Evict live slots, in arena order, whose stamp bucket ((stamp - min_stamp) / width, stamps
  * clamped into [min_stamp, now]) is <= max_bucket, until freed >= need. Returns freed. */
 static uint64_t evict_upto(emc_cache *c, uint64_t now, uint64_t min_stamp, uint64_t width,
@@ -552,9 +586,7 @@ static uint64_t evict_upto(emc_cache *c, uint64_t now, uint64_t min_stamp, uint6
     for (s = 0; s < L->n_slots && freed < need; s++) {
       uint64_t st;
       if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
-      if (st > now) st = now;
-      if (st < min_stamp) st = min_stamp; /* a reader restamped it since scan 1 */
+      st = clamped_stamp(h, p, s, now, min_stamp);
       if ((st - min_stamp) / width > max_bucket) continue;
       freed += L->stride;
       evict_slot(c, t, p, s);
@@ -569,47 +601,16 @@ static void evict_pass(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
   uint64_t need = in_use > h->low_bytes ? in_use - h->low_bytes : 0;
-  uint64_t min_stamp = now, span, width, acc = 0, freed = 0;
-  uint32_t p, cut = 0, b;
+  uint64_t min_stamp, span, width, acc = 0, freed = 0;
+  uint32_t cut = 0, b;
   if (need == 0) return;
   CNT_ADD(h->n_passes, 1);
-  /* scan 1: oldest stamp */
-  for (p = 0; p < h->n_pages; p++) {
-    emc__page_hdr *ph = hdr_at(h, p);
-    uint32_t t = (uint32_t)ph->tag, s;
-    const emc__page_layout *L;
-    unsigned char *pg = (unsigned char *)ph;
-    if (t == EMC__PAGE_NONE) continue;
-    L = &h->layout[t];
-    for (s = 0; s < L->n_slots; s++) {
-      uint64_t st;
-      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
-      if (st < min_stamp) min_stamp = st;
-    }
-  }
+  /* scan 1: oldest stamp; scan 2: bytes per stamp bucket */
+  min_stamp = scan_stamps(h, now, now, 1, NULL);
   span = now - min_stamp + 1;
   width = (span + HIST_BUCKETS - 1) / HIST_BUCKETS;
   memset(h->hist, 0, HIST_BUCKETS * sizeof *h->hist);
-  /* scan 2: bytes per stamp bucket */
-  for (p = 0; p < h->n_pages; p++) {
-    emc__page_hdr *ph = hdr_at(h, p);
-    uint32_t t = (uint32_t)ph->tag, s;
-    const emc__page_layout *L;
-    unsigned char *pg = (unsigned char *)ph;
-    if (t == EMC__PAGE_NONE) continue;
-    L = &h->layout[t];
-    for (s = 0; s < L->n_slots; s++) {
-      uint64_t st;
-      if (!(*emc__slot_flags(pg, L, s) & EMC__SLOT_LIVE)) continue;
-      st = EMC_LD_RELAXED(slot_stamp(h, p, s));
-      /* a racing reader may restamp a slot between scans: clamp into [min_stamp, now] */
-      if (st > now) st = now;
-      if (st < min_stamp) st = min_stamp;
-      if (st < min_stamp) st = min_stamp;
-      h->hist[(st - min_stamp) / width] += L->stride;
-    }
-  }
+  scan_stamps(h, now, min_stamp, width, h->hist);
   for (b = 0; b < HIST_BUCKETS; b++) {
     acc += h->hist[b];
     if (acc >= need) break;
