@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "embcache.h"
+#include "jline.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
@@ -359,49 +360,6 @@ static const char *backend_name(emc_backend b) {
   return "unknown";
 }
 
-/* A JSON line under construction. */
-typedef struct jline {
-  char buf[4096];
-  size_t len;
-  int first;
-} jline;
-
-static void jl_raw(jline *j, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (j->len < sizeof j->buf) {
-    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
-    if (n > 0) j->len += (size_t)n;
-  }
-  va_end(ap);
-}
-
-static void jl_key(jline *j, const char *key) {
-  jl_raw(j, "%s\"%s\":", j->first ? "" : ",", key);
-  j->first = 0;
-}
-
-static void jl_str(jline *j, const char *key, const char *v) {
-  jl_key(j, key);
-  jl_raw(j, "\"%s\"", v);
-}
-
-static void jl_u64(jline *j, const char *key, uint64_t v) {
-  jl_key(j, key);
-  jl_raw(j, "%" PRIu64, v);
-}
-
-static void jl_num(jline *j, const char *key, double v) {
-  jl_key(j, key);
-  if (isfinite(v)) jl_raw(j, "%.6g", v);
-  else jl_raw(j, "null");
-}
-
-static void jl_bool(jline *j, const char *key, int v) {
-  jl_key(j, key);
-  jl_raw(j, v ? "true" : "false");
-}
-
 /* ------------------------------------------------------------------ the run */
 typedef struct bench_ctx {
   const bench_opts *o;
@@ -645,8 +603,8 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   const int in_range = hit_distinct >= lru_t2 && hit_distinct <= lru_t1;
   const int range_applies = (double)dist_total / (double)o->batches * (double)b->stride <=
                             o->t2 * (double)capacity;
-  jline j = {.len = 0, .first = 1};
-  jl_raw(&j, "{");
+  jline j;
+  jl_init(&j);
   jl_str(&j, "bench", "emc-bench");
   jl_str(&j, "version", emc_version_string());
   jl_str(&j, "preset", o->preset);
@@ -704,7 +662,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "ratio_vs_gather", lps / glps);
   jl_u64(&j, "rows_checked", checked);
   jl_bool(&j, "rows_ok", !wrong);
-  jl_raw(&j, "}\n");
+  if (jl_end(&j) != 0) fputs("emc-bench: result line truncated\n", stderr);
   fputs(j.buf, stdout);
   fflush(stdout);
   if (b->out_file) {

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "embcache.h"
+#include "jline.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
@@ -106,39 +107,6 @@ static double pct(double *v, size_t n, double q) {
   qsort(v, n, sizeof *v, cmp_double);
   size_t k = (size_t)ceil(q * (double)n);
   return v[k ? k - 1 : 0];
-}
-
-/* ------------------------------------------------------------------ JSON line */
-typedef struct jline {
-  char buf[8192];
-  size_t len;
-  int first;
-} jline;
-static void jl_raw(jline *j, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (j->len < sizeof j->buf) {
-    int n = vsnprintf(j->buf + j->len, sizeof j->buf - j->len, fmt, ap);
-    if (n > 0) j->len += (size_t)n;
-  }
-  va_end(ap);
-}
-static void jl_key(jline *j, const char *k) {
-  jl_raw(j, "%s\"%s\":", j->first ? "" : ",", k);
-  j->first = 0;
-}
-static void jl_num(jline *j, const char *k, double v) {
-  jl_key(j, k);
-  if (isfinite(v)) jl_raw(j, "%.6g", v);
-  else jl_raw(j, "null");
-}
-static void jl_str(jline *j, const char *k, const char *v) { /* v: no quotes or backslashes */
-  jl_key(j, k);
-  jl_raw(j, "\"%s\"", v);
-}
-static void jl_bool(jline *j, const char *k, int v) {
-  jl_key(j, k);
-  jl_raw(j, v ? "true" : "false");
 }
 
 /* ------------------------------------------------------------------ shared state */
@@ -582,8 +550,8 @@ int main(int argc, char **argv) {
   run_graph(&R);
 
   /* ---- report: one JSON line */
-  jline j = {.len = 0, .first = 1};
-  jl_raw(&j, "{");
+  jline j;
+  jl_init(&j);
   jl_str(&j, "bench", "emc-bench-gpu");
   jl_str(&j, "version", emc_version_string());
   jl_str(&j, "device", prop.name);
@@ -615,7 +583,7 @@ int main(int argc, char **argv) {
     jl_str(&j, "graph_error", R.graph_error);
   }
   jl_bool(&j, "rows_ok", !b.wrong);
-  jl_raw(&j, "}\n");
+  if (jl_end(&j) != 0) fputs("emc-bench-gpu: result line truncated\n", stderr);
   fputs(j.buf, stdout);
   fflush(stdout);
   if (out_file) {
