@@ -10,7 +10,6 @@ void jl_init(jline *j) {
   j->len = 0;
   j->first = 1;
   j->truncated = 0;
-  j->buf[0] = '\0';
   jl_raw(j, "{");
 }
 
