@@ -6,8 +6,9 @@
  *
  *   - hashing: fmix64 (index placement), an XXH3-64 twin for 8-byte ids (hashed tables)
  *   - the key codec: global_key(T, F) = code(T) << (n - m) | f(F)
- *   - index layout (bucketed open addressing) and location encoding
- *   - pool page layout and the slot version (seqlock) protocol
+ *   - the global index (bucketed open addressing, one copy, in-place tombstone re-pack), its
+ *     entry encoding and the optimistic reader / serialized writer protocol
+ *   - pool page layout (free bitmaps), LRU stamps, the per-call miss set, admission planning
  *   - relaxed/acquire/release access helpers, row copy, f16 conversion, uniform rows
  *
  * Rules: no allocation, no libc beyond <stdint.h>/<string.h>, no globals.
@@ -219,47 +220,160 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
 }
 
 /* ------------------------------------------------------------------- index
- * Bucketed open addressing: n_buckets buckets of EMC__BUCKET slots; keys[] of one bucket fill
- * one 64-byte line. A key's home bucket is mulhi(fmix64(key), n_buckets); probing walks
- * buckets in order and stops at the first bucket that holds an EMPTY slot (a bucket with an
- * EMPTY slot is never passed by any key's probe, which is what lets lookups stop there).
- * Entries: keys[i] (acquire/release), ids[i] (the id the entry belongs to; a different id
- * under the same key is a hashed collision), locs[i] (where the row is). */
+ * One global index for all tables: bucketed open addressing, ONE copy, keyed by global keys.
+ *
+ *   keys[]  n_buckets * EMC__BUCKET keys, uint32_t when key_bits is 32, uint64_t when 64: a
+ *           bucket of 32-bit keys is one 32-byte sector, of 64-bit keys two. EMPTY (all ones)
+ *           and TOMB (all ones - 1) lie under the codec's reserved code.
+ *   lm[]    one 64-bit word per entry: loc in the low half, meta (the entry's version) in the
+ *           high half.
+ *   stamps[] the entry's 16-bit LRU stamp (see "LRU stamps"); it moves with the entry.
+ *     loc   a pool slot handle (page * max_slots + slot, < 2^31), or EMC__LOC_HOST | row for
+ *           a unified-index entry (a hashed row in host memory, row < 2^31).
+ *     meta  bit 0 BUSY: a writer is changing the row (and every free position's lm is BUSY);
+ *           bit 1 DIRTY: the row differs from the store; bit 2 PINNED (prefetch pins); bits
+ *           3..31: a counter that every write of a row or an entry draws fresh from one
+ *           writer-side sequence (writers are serialized), so (loc, meta) names one write.
+ * No id is stored for dense tables (their key is a bijection of the id); hashed tables keep
+ * the id of each cached row in its pool page (owner), which is how a reader tells a row from
+ * a key collision.
+ *
+ * Probing: a key's home bucket is mulhi(fmix64(key), n_buckets); a probe walks buckets in
+ * order and stops at the first bucket holding an EMPTY slot (insertions take the first EMPTY
+ * or TOMB slot of the path, so no key lies beyond such a bucket).
+ *
+ * Reader protocol (optimistic, lock-free; host and device run the same steps):
+ *   1. probe: keys loaded relaxed; pos = the slot holding key
+ *   2. lm1 = lm[pos] (relaxed)
+ *   3. acquire fence
+ *   4. read the row at loc(lm1) (relaxed loads), and for hashed tables its owner id
+ *   5. acquire fence
+ *   6. lm2 = lm[pos], key2 = keys[pos] (relaxed)
+ *   valid iff key2 == key, lm1 is not BUSY and lm1, lm2 agree but for DIRTY/PINNED.
+ * Writer protocol (all writers of a cache are serialized; release fences order the steps):
+ *   admit    write the row (and owner) into a free slot; fence; lm = (slot, fresh meta);
+ *            fence; key = K.  (The device claims a free position by CAS on the key first,
+ *            then writes lm: free positions always hold a BUSY lm, so a reader that sees K
+ *            with the old lm rejects it.)
+ *   update   lm = BUSY; fence; write the row; fence; lm = (slot, fresh meta | DIRTY)
+ *   evict    (dirty: write the row back to the store first); lm |= BUSY; fence; key = TOMB;
+ *            fence; only then may the slot be reused
+ * Why a validated read is the row of key at one instant: a write that reuses the slot follows
+ * the eviction's TOMB and fences; if any row load observed it, the fence in step 5 makes step
+ * 6 observe the TOMB (or a later key/lm: any entry of key created afterwards carries a fresh
+ * meta). An update's row stores lie between a BUSY lm and a fresh meta: a load that observed
+ * one makes lm2 differ. A reader that saw K but an lm older than K's publication sees lm2
+ * differ (the admission's fence orders lm before the key). Meta counters repeat only after
+ * 2^29 writes, which no reader outlives.
+ *
+ * A miss is trusted only when the index's re-pack epoch (*epoch) was even and unchanged
+ * around the probe: e1 = epoch (acquire) before the probe; after it, an acquire fence and
+ * e2 = epoch. Tombstones are cleared in place (no second copy): emc__index_repack re-packs
+ * one cluster (a run of buckets without an EMPTY slot, plus the bucket ending it) inside a
+ * step that makes the epoch odd first and even again after it, with release fences. A reader
+ * racing a re-pack can only miss a key it should have found (never read a wrong row: hits are
+ * validated as above), and a probe that observed any write of a step sees the epoch change. */
 #define EMC__BUCKET 8u
 
-/* loc encoding */
-#define EMC__LOC_HOST (1ull << 63)                /* host row: bits 0..39 row index */
-#define EMC__LOC_HOST_ROW_MASK ((1ull << 40) - 1u)
-#define EMC__LOC_HOST_STAMP_SHIFT 40              /* bits 40..62: coarse stamp of a host entry */
-#define EMC__LOC_HOST_STAMP_MASK ((1ull << 23) - 1u)
-/* pool slot: page index in bits 32..62, slot in page in bits 0..31 */
-EMC_HD uint64_t emc__loc_pool(uint64_t page, uint32_t slot) { return (page << 32) | slot; }
-EMC_HD uint64_t emc__loc_page(uint64_t loc) { return (loc >> 32) & 0x7fffffffull; }
-EMC_HD uint32_t emc__loc_slot(uint64_t loc) { return (uint32_t)loc; }
+#define EMC__LOC_HOST 0x80000000u     /* loc of a unified-index entry: host row below */
+#define EMC__LOC_MAX 0x7fffffffu      /* largest slot handle / host row an entry can name */
+#define EMC__META_BUSY 1u
+#define EMC__META_DIRTY 2u
+#define EMC__META_PINNED 4u
+#define EMC__META_STEP 8u             /* one step of the meta counter */
+#define EMC__LM_BUSY ((uint64_t)EMC__META_BUSY << 32)
+#define EMC__LM_DIRTY ((uint64_t)EMC__META_DIRTY << 32)
+#define EMC__LM_PINNED ((uint64_t)EMC__META_PINNED << 32)
+#define EMC__LM_FREE (~0ull)          /* lm of a position that holds no entry */
+
+EMC_HD uint64_t emc__lm_make(uint32_t loc, uint32_t meta) { return ((uint64_t)meta << 32) | loc; }
+EMC_HD uint32_t emc__lm_loc(uint64_t lm) { return (uint32_t)lm; }
+EMC_HD uint32_t emc__lm_meta(uint64_t lm) { return (uint32_t)(lm >> 32); }
+/* Does (lm1, lm2) validate a read? Same write (DIRTY/PINNED may change), not BUSY. */
+EMC_HD int emc__lm_same(uint64_t lm1, uint64_t lm2) {
+  return !(lm1 & EMC__LM_BUSY) && ((lm1 ^ lm2) & ~(EMC__LM_DIRTY | EMC__LM_PINNED)) == 0;
+}
 
 typedef struct emc__index_view {
-  uint64_t *keys;     /* n_buckets * EMC__BUCKET */
-  uint64_t *ids;      /* idem */
-  uint64_t *locs;     /* idem */
+  void *keys;         /* n_buckets * EMC__BUCKET keys: uint32_t (key_bits 32) or uint64_t (64) */
+  uint64_t *lm;       /* n_buckets * EMC__BUCKET entry words */
+  uint16_t *stamps;   /* n_buckets * EMC__BUCKET LRU stamps (see "LRU stamps") */
+  uint32_t *epoch;    /* re-pack epoch: odd while a re-pack step runs */
   uint64_t n_buckets; /* >= 1 */
+  uint32_t key_bits;  /* 32 or 64 */
+  uint32_t pad_;
 } emc__index_view;
+
+/* Bytes of one entry (key + lm + stamp) for a key width. */
+EMC_HD uint32_t emc__index_entry_bytes(uint32_t key_bits) { return key_bits == 32 ? 14u : 18u; }
+
+EMC_HD uint64_t emc__ix_key(const emc__index_view *ix, uint64_t i) {
+  if (ix->key_bits == 32) return EMC_LD_RELAXED((const uint32_t *)ix->keys + i);
+  return EMC_LD_RELAXED((const uint64_t *)ix->keys + i);
+}
+EMC_HD void emc__ix_set_key(const emc__index_view *ix, uint64_t i, uint64_t key) {
+  if (ix->key_bits == 32) EMC_ST_RELAXED((uint32_t *)ix->keys + i, (uint32_t)key);
+  else EMC_ST_RELAXED((uint64_t *)ix->keys + i, key);
+}
+EMC_HD uint64_t emc__ix_lm(const emc__index_view *ix, uint64_t i) {
+  return EMC_LD_RELAXED(&ix->lm[i]);
+}
 
 EMC_HD uint64_t emc__home_bucket(uint64_t key, uint64_t n_buckets) {
   return emc__mulhi(emc__fmix64(key), n_buckets);
 }
 
-/* Probe for key. Returns the slot index of the entry holding key, or -1 when absent.
- * Lock-free: a concurrent writer may make the answer stale; callers validate. */
-EMC_HD int64_t emc__index_find(const emc__index_view *ix, uint64_t key, uint64_t empty) {
-  uint64_t b = emc__home_bucket(key, ix->n_buckets), n;
+/* The verdict on one bucket once its keys are known as bit masks (bit s: slot s of the
+ * bucket): the key's slot, or that the probe ends here, or that it goes on. The device's
+ * cooperative probe builds the masks with one ballot over the lanes that loaded the bucket;
+ * the host builds them in a loop. */
+enum { EMC__PROBE_FOUND = 0, EMC__PROBE_ABSENT = 1, EMC__PROBE_NEXT = 2 };
+EMC_HD int emc__probe_step(uint32_t match_mask, uint32_t empty_mask, uint64_t b, int64_t *pos) {
+  if (match_mask) {
+    unsigned s = 0;
+    while (!(match_mask >> s & 1u)) s++;
+    *pos = (int64_t)(b * EMC__BUCKET + s);
+    return EMC__PROBE_FOUND;
+  }
+  return empty_mask ? EMC__PROBE_ABSENT : EMC__PROBE_NEXT;
+}
+
+/* Match and EMPTY masks of bucket b for key (slot by slot: the reference and host path). */
+EMC_HD void emc__bucket_masks(const emc__index_view *ix, uint64_t b, uint64_t key, uint64_t empty,
+                              uint32_t *match, uint32_t *emp) {
+  uint32_t m = 0, e = 0;
+  unsigned s;
+  for (s = 0; s < EMC__BUCKET; s++) {
+    uint64_t v = emc__ix_key(ix, b * EMC__BUCKET + s);
+    m |= (uint32_t)(v == key) << s;
+    e |= (uint32_t)(v == empty) << s;
+  }
+  *match = m;
+  *emp = e;
+}
+
+/* Probe for key (the reference probe, slot by slot with an early exit; the host's path).
+ * Returns the slot index of the entry holding key, or -1 when absent. Lock-free: a concurrent
+ * writer may make the answer stale; readers validate (see above). */
+EMC_HD int64_t emc__index_find(const emc__index_view *ix, uint64_t key) {
+  uint64_t empty = emc__key_empty(ix->key_bits), b = emc__home_bucket(key, ix->n_buckets), n;
   for (n = 0; n < ix->n_buckets; n++) {
-    const uint64_t *k = ix->keys + b * EMC__BUCKET;
     int saw_empty = 0;
     unsigned s;
-    for (s = 0; s < EMC__BUCKET; s++) {
-      uint64_t v = EMC_LD_ACQUIRE(&k[s]);
-      if (v == key) return (int64_t)(b * EMC__BUCKET + s);
-      saw_empty |= v == empty;
+    if (ix->key_bits == 32) {
+      const uint32_t *k = (const uint32_t *)ix->keys + b * EMC__BUCKET;
+      for (s = 0; s < EMC__BUCKET; s++) {
+        uint32_t v = EMC_LD_RELAXED(&k[s]);
+        if (v == (uint32_t)key) return (int64_t)(b * EMC__BUCKET + s);
+        saw_empty |= v == (uint32_t)empty;
+      }
+    } else {
+      const uint64_t *k = (const uint64_t *)ix->keys + b * EMC__BUCKET;
+      for (s = 0; s < EMC__BUCKET; s++) {
+        uint64_t v = EMC_LD_RELAXED(&k[s]);
+        if (v == key) return (int64_t)(b * EMC__BUCKET + s);
+        saw_empty |= v == empty;
+      }
     }
     if (saw_empty) return -1;
     if (++b == ix->n_buckets) b = 0;
@@ -267,109 +381,275 @@ EMC_HD int64_t emc__index_find(const emc__index_view *ix, uint64_t key, uint64_t
   return -1;
 }
 
+/* The cooperative probe's host twin: each bucket judged from its match / EMPTY masks by
+ * emc__probe_step, as the device does after one coalesced load and a ballot. Same answers as
+ * emc__index_find (tests hold them equal). */
+EMC_HD int64_t emc__index_find_masks(const emc__index_view *ix, uint64_t key) {
+  uint64_t empty = emc__key_empty(ix->key_bits), b = emc__home_bucket(key, ix->n_buckets), n;
+  for (n = 0; n < ix->n_buckets; n++) {
+    uint32_t m, e;
+    int64_t pos = -1;
+    int r;
+    emc__bucket_masks(ix, b, key, empty, &m, &e);
+    r = emc__probe_step(m, e, b, &pos);
+    if (r == EMC__PROBE_FOUND) return pos;
+    if (r == EMC__PROBE_ABSENT) return -1;
+    if (++b == ix->n_buckets) b = 0;
+  }
+  return -1;
+}
+
+/* Writer side: the first free (EMPTY or TOMB) slot on key's probe path, or -1 when the
+ * index is full. Caller is the (serialized) writer and checked that key is absent. */
+EMC_HD int64_t emc__index_free_slot(const emc__index_view *ix, uint64_t key) {
+  uint64_t empty = emc__key_empty(ix->key_bits), tomb = emc__key_tomb(ix->key_bits);
+  uint64_t b = emc__home_bucket(key, ix->n_buckets), n;
+  for (n = 0; n < ix->n_buckets; n++) {
+    unsigned s;
+    for (s = 0; s < EMC__BUCKET; s++) {
+      uint64_t v = emc__ix_key(ix, b * EMC__BUCKET + s);
+      if (v == empty || v == tomb) return (int64_t)(b * EMC__BUCKET + s);
+    }
+    if (++b == ix->n_buckets) b = 0;
+  }
+  return -1;
+}
+
+/* Does bucket b hold an EMPTY slot? */
+EMC_HD int emc__bucket_has_empty(const emc__index_view *ix, uint64_t b) {
+  uint64_t empty = emc__key_empty(ix->key_bits);
+  unsigned s;
+  for (s = 0; s < EMC__BUCKET; s++)
+    if (emc__ix_key(ix, b * EMC__BUCKET + s) == empty) return 1;
+  return 0;
+}
+
+/* Buckets of the cluster that starts at bucket `start`: a run of buckets without EMPTY slots
+ * and the bucket that ends it (the first with an EMPTY slot). 0 when no bucket among the next
+ * max_buckets holds an EMPTY slot. */
+EMC_HD uint64_t emc__index_cluster_len(const emc__index_view *ix, uint64_t start,
+                                       uint64_t max_buckets) {
+  uint64_t len;
+  for (len = 1; len <= max_buckets && len <= ix->n_buckets; len++)
+    if (emc__bucket_has_empty(ix, (start + len - 1) % ix->n_buckets)) return len;
+  return 0;
+}
+
+/* Re-pack the cluster of `len` buckets that starts at bucket `start` (emc__index_cluster_len;
+ * the bucket before it holds an EMPTY slot, so no key's probe path enters it from outside):
+ * its live entries are laid out again as if inserted into the empty cluster in slot order,
+ * which drops its tombstones. tmp_* hold len * EMC__BUCKET entries (the caller's scratch).
+ * Returns the tombstones dropped. Writer only. Entries keep their lm and stamp and only move
+ * towards their home. The new layout is built in the scratch, then written slot by slot: a
+ * slot that gets another entry first gets a BUSY lm (a reader holding the old key there
+ * fails), then its key, then its lm; a slot that empties gets EMPTY first. A racing reader
+ * thus finds a key at its old or its new slot or misses it; the header says why such a miss
+ * is harmless. */
+EMC_HD uint64_t emc__index_repack(const emc__index_view *ix, uint64_t start, uint64_t len,
+                                  uint64_t *tmp_keys, uint64_t *tmp_lm, uint16_t *tmp_stamps) {
+  uint64_t empty = emc__key_empty(ix->key_bits), tomb = emc__key_tomb(ix->key_bits);
+  uint64_t nb = ix->n_buckets, ns = len * EMC__BUCKET, i, tombs = 0;
+  for (i = 0; i < ns; i++) {
+    tmp_keys[i] = empty;
+    tmp_lm[i] = EMC__LM_FREE;
+    tmp_stamps[i] = 0;
+  }
+  for (i = 0; i < ns; i++) {
+    uint64_t p = ((start + i / EMC__BUCKET) % nb) * EMC__BUCKET + i % EMC__BUCKET;
+    uint64_t k = emc__ix_key(ix, p), h, j;
+    if (k == empty) continue;
+    if (k == tomb) {
+      tombs++;
+      continue;
+    }
+    h = (emc__home_bucket(k, nb) + nb - start) % nb; /* home bucket, relative to start */
+    if (h >= len) h = 0; /* cannot happen: homes lie inside the cluster */
+    for (j = h * EMC__BUCKET; j < ns && tmp_keys[j] != empty; j++) {
+    }
+    if (j >= ns) /* cannot happen either: the entries came from these slots */
+      for (j = 0; tmp_keys[j] != empty; j++) {
+      }
+    tmp_keys[j] = k;
+    tmp_lm[j] = emc__ix_lm(ix, p);
+    tmp_stamps[j] = EMC_LD_RELAXED(&ix->stamps[p]);
+  }
+  for (i = 0; i < ns; i++) {
+    uint64_t p = ((start + i / EMC__BUCKET) % nb) * EMC__BUCKET + i % EMC__BUCKET;
+    if (emc__ix_key(ix, p) == tmp_keys[i] && emc__ix_lm(ix, p) == tmp_lm[i]) continue;
+    if (tmp_keys[i] == empty) {
+      emc__ix_set_key(ix, p, empty);
+      EMC_FENCE_RELEASE();
+      EMC_ST_RELAXED(&ix->lm[p], (uint64_t)EMC__LM_FREE);
+    } else {
+      EMC_ST_RELAXED(&ix->lm[p], (uint64_t)EMC__LM_FREE);
+      EMC_FENCE_RELEASE();
+      emc__ix_set_key(ix, p, tmp_keys[i]);
+      EMC_ST_RELAXED(&ix->stamps[p], tmp_stamps[i]);
+      EMC_FENCE_RELEASE();
+      EMC_ST_RELAXED(&ix->lm[p], tmp_lm[i]);
+    }
+  }
+  return tombs;
+}
+
 /* ------------------------------------------------------------------- pool pages
  * The pool is one arena of equal pages. A page belongs to one table at a time and is cut
  * into slots of that table's stride; the layout of a page of table t is fixed by t:
- *   [0, 64)           page header (emc__page_hdr)
- *   seq[n]  uint32    slot version: odd while a writer changes the slot, +2 per change
- *   owner[n] uint64   id held by the slot
- *   next[n] uint32    free-list link (writer-only)
- *   flags[n] uint8    EMC__SLOT_LIVE | EMC__SLOT_DIRTY
- *   rows              n * stride bytes, 64-byte aligned
- * A reader trusts a slot's row only if: the page tag (generation << 32 | table) is the same
- * before and after, the slot version is even and the same before and after, the slot is
- * live and owner == id.
- * LRU stamps are NOT in the page: readers write them after a read, by which time the page
- * may hold another table's layout, and a stale write must never land on a free-list link or
- * a row. They live in one flat array of n_pages * max_slots stamps (slot s of page p at
- * p * max_slots + s), so a stale write can only touch a stamp. */
-#define EMC__SLOT_LIVE 1u
-#define EMC__SLOT_DIRTY 2u
+ *   [0, 64)     page header (emc__page_hdr)
+ *   free bitmap n_words uint64: bit s set = slot s free (writer-only)
+ *   owner[n]    uint64 id held by each slot, hashed tables only
+ *   rows        n * stride bytes, 64-byte aligned
+ * A slot is named by its handle, page * max_slots + slot (max_slots: the densest layout), which
+ * must stay below 2^31. Slots carry no version, stamp, flags or free-list link: the index
+ * entry holds the version, the dirty bit and the LRU stamp, the bitmap the free state. */
 #define EMC__PAGE_NONE 0xffffffffu
 
 typedef struct emc__page_hdr {
-  uint64_t tag;       /* (generation << 32) | table, table EMC__PAGE_NONE when free */
-  uint32_t n_slots;   /* slots of the owning table's layout */
-  uint32_t live;      /* live slots */
-  uint32_t free_head; /* first free slot, EMC__PAGE_NONE if full */
-  uint32_t prev;      /* neighbours in the owner's list of pages with free slots */
+  uint32_t table;     /* owning table, EMC__PAGE_NONE when free */
+  uint32_t n_slots;   /* slots of the owner's layout */
+  uint32_t live;      /* slots in use */
+  uint32_t prev;      /* host: neighbours in the owner's list of pages with free slots */
   uint32_t next;      /* ... or in the arena's list of free pages */
-  uint32_t in_partial;/* 1 if in the owner's partial list */
-  uint64_t pad_[4];
+  uint32_t in_partial;/* host: 1 if in the owner's partial list */
+  uint32_t gen;       /* incremented each time the page changes hands */
+  uint32_t pad_[9];
 } emc__page_hdr;
 
 typedef struct emc__page_layout {
   uint32_t n_slots;   /* slots per page */
-  uint32_t off_seq, off_owner, off_next, off_flags, off_rows;
+  uint32_t n_words;   /* free bitmap words */
+  uint32_t off_bitmap, off_owner, off_rows; /* off_owner 0: no owner array (dense table) */
   uint32_t stride;    /* bytes per slot row */
 } emc__page_layout;
 
-/* Layout of a page of page_bytes for rows of `stride` bytes; n_slots 0 if none fits. */
-EMC_HD emc__page_layout emc__layout_for(uint64_t page_bytes, uint64_t stride) {
+/* Layout of a page of page_bytes for rows of `stride` bytes (owners: keep an id per slot);
+ * n_slots 0 if none fits. */
+EMC_HD emc__page_layout emc__layout_for(uint64_t page_bytes, uint64_t stride, int owners) {
   emc__page_layout L;
-  uint64_t n = (page_bytes - 64 - 64) / (stride + 4 + 8 + 4 + 1);
+  uint64_t per = stride + (owners ? 8u : 0u), n = page_bytes > 256 ? (page_bytes - 192) * 8 / (per * 8 + 1) : 0;
   for (;; n--) {
-    uint64_t o_seq = 64, o_owner = (o_seq + 4 * n + 7) & ~7ull,
-             o_next = o_owner + 8 * n, o_flags = o_next + 4 * n,
-             o_rows = (o_flags + n + 63) & ~63ull;
+    uint64_t words = (n + 63) / 64, o_bm = 64, o_own = o_bm + 8 * words,
+             o_rows = ((owners ? o_own + 8 * n : o_own) + 63) & ~63ull;
     if (o_rows + n * stride <= page_bytes || n == 0) {
       L.n_slots = (uint32_t)n;
-      L.off_seq = (uint32_t)o_seq;
-      L.off_owner = (uint32_t)o_owner; L.off_next = (uint32_t)o_next;
-      L.off_flags = (uint32_t)o_flags; L.off_rows = (uint32_t)o_rows;
+      L.n_words = (uint32_t)words;
+      L.off_bitmap = (uint32_t)o_bm;
+      L.off_owner = owners ? (uint32_t)o_own : 0u;
+      L.off_rows = (uint32_t)o_rows;
       L.stride = (uint32_t)stride;
       return L;
     }
   }
 }
 
-#define EMC__PAGE_FIELD(page, L, off, type, slot) ((type *)((unsigned char *)(page) + (L)->off) + (slot))
-EMC_HD uint32_t *emc__slot_seq(void *page, const emc__page_layout *L, uint32_t s) {
-  return EMC__PAGE_FIELD(page, L, off_seq, uint32_t, s);
+EMC_HD uint64_t *emc__page_bitmap(void *page, const emc__page_layout *L) {
+  return (uint64_t *)((unsigned char *)page + L->off_bitmap);
 }
 EMC_HD uint64_t *emc__slot_owner(void *page, const emc__page_layout *L, uint32_t s) {
-  return EMC__PAGE_FIELD(page, L, off_owner, uint64_t, s);
-}
-EMC_HD uint32_t *emc__slot_next(void *page, const emc__page_layout *L, uint32_t s) {
-  return EMC__PAGE_FIELD(page, L, off_next, uint32_t, s);
-}
-EMC_HD uint8_t *emc__slot_flags(void *page, const emc__page_layout *L, uint32_t s) {
-  return EMC__PAGE_FIELD(page, L, off_flags, uint8_t, s);
+  return (uint64_t *)((unsigned char *)page + L->off_owner) + s;
 }
 EMC_HD unsigned char *emc__slot_row(void *page, const emc__page_layout *L, uint32_t s) {
   return (unsigned char *)page + L->off_rows + (uint64_t)s * L->stride;
 }
-
-/* Optimistic read of slot s of `page` for (table, id) into dst (row_bytes).
- * Returns 1 if dst holds the row id had at one instant during the call, 0 if the slot
- * changed, moved or belongs to another row (the caller re-resolves). */
-EMC_HD int emc__slot_read(void *page, const emc__page_layout *L, uint32_t s, uint32_t table,
-                          uint64_t id, void *dst, size_t row_bytes) {
-  emc__page_hdr *h = (emc__page_hdr *)page;
-  uint64_t tag1 = EMC_LD_ACQUIRE(&h->tag), tag2;
-  uint32_t v1, v2;
-  if ((uint32_t)tag1 != table || s >= L->n_slots) return 0;
-  v1 = EMC_LD_ACQUIRE(emc__slot_seq(page, L, s));
-  if (v1 & 1u) return 0;
-  if (!(EMC_LD_RELAXED(emc__slot_flags(page, L, s)) & EMC__SLOT_LIVE)) return 0;
-  if (EMC_LD_RELAXED(emc__slot_owner(page, L, s)) != id) return 0;
-  emc__row_load(dst, emc__slot_row(page, L, s), row_bytes);
-  EMC_FENCE_ACQUIRE();
-  v2 = EMC_LD_RELAXED(emc__slot_seq(page, L, s));
-  tag2 = EMC_LD_RELAXED(&h->tag);
-  return v1 == v2 && tag1 == tag2;
+EMC_HD uint32_t emc__popc64(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return (uint32_t)__popcll(x);
+#else
+  return (uint32_t)__builtin_popcountll(x);
+#endif
+}
+/* Index of the k-th (0-based) set bit of words[0 .. n_words), or -1 when fewer are set.
+ * The device picks free slots with a warp-wide version of this; tests hold them equal. */
+EMC_HD int64_t emc__bitmap_nth(const uint64_t *words, uint32_t n_words, uint32_t k) {
+  uint32_t w;
+  for (w = 0; w < n_words; w++) {
+    uint64_t x = EMC_LD_RELAXED(&words[w]);
+    uint32_t c = emc__popc64(x);
+    if (k < c) {
+      unsigned b = 0;
+      for (;;) {
+        if (x >> b & 1u) {
+          if (k == 0) return (int64_t)w * 64 + b;
+          k--;
+        }
+        b++;
+      }
+    }
+    k -= c;
+  }
+  return -1;
+}
+/* A fresh page's bitmap: slots 0 .. n_slots-1 free, the bits past them clear. */
+EMC_HD void emc__bitmap_fill(uint64_t *words, uint32_t n_words, uint32_t n_slots) {
+  uint32_t w;
+  for (w = 0; w < n_words; w++) {
+    uint32_t lo = w * 64;
+    uint64_t v = n_slots >= lo + 64 ? ~0ull : (n_slots > lo ? (1ull << (n_slots - lo)) - 1u : 0ull);
+    EMC_ST_RELAXED(&words[w], v);
+  }
 }
 
-/* Writer side of the slot version (caller holds the writer lock): begin makes the version
- * odd, end makes it even again; everything between is invisible to validated readers. */
-EMC_HD void emc__slot_write_begin(void *page, const emc__page_layout *L, uint32_t s) {
-  uint32_t *q = emc__slot_seq(page, L, s);
-  EMC_ST_RELAXED(q, EMC_LD_RELAXED(q) + 1u);
-  EMC_FENCE_RELEASE();
+/* ------------------------------------------------------------------- LRU stamps
+ * Every index entry carries a 16-bit stamp of the call clock (mod 2^16), written by the reader
+ * that last hit it (a late write after the entry moved lands on another entry's stamp: an
+ * approximation, never a corruption). An eviction pass reads ages, (now - stamp) mod 2^16;
+ * it clamps every age above EMC__AGE_CLAMP back to that age, and a clamp-only scan runs
+ * whenever EMC__AGE_CLAMP / 2 clock ticks pass without one, so no live entry's true age
+ * passes 2^16 unnoticed and wraps round to look young. */
+#define EMC__AGE_CLAMP 32768u
+EMC_HD uint16_t emc__stamp_of(uint64_t clock) { return (uint16_t)clock; }
+EMC_HD uint32_t emc__stamp_age(uint64_t now, uint16_t stamp) {
+  return (uint32_t)(uint16_t)((uint16_t)now - stamp);
 }
-EMC_HD void emc__slot_write_end(void *page, const emc__page_layout *L, uint32_t s) {
-  uint32_t *q = emc__slot_seq(page, L, s);
-  EMC_ST_RELEASE(q, EMC_LD_RELAXED(q) + 1u);
+
+/* ------------------------------------------------------------------- miss set
+ * A lookup's misses are deduplicated in a per-call open-addressing set of 64-bit words:
+ * (epoch << 32) | fingerprint, fingerprint = the key for 32-bit keys, a 32-bit hash of it for
+ * 64-bit keys (two keys sharing one in a call: the second is not admitted by this call, which
+ * only delays it). Words of another epoch count as empty, so the set is never cleared
+ * between calls; epoch 0 is never used. Returns 1 for the first occurrence of key in the
+ * epoch, 0 for a repeat (and 0 when the set is full: not admitted). The device inserts with
+ * atomicCAS; the host twin runs the same loop with a compare-exchange. */
+EMC_HD uint64_t emc__missset_word(uint32_t epoch, uint64_t key, uint32_t key_bits) {
+  uint32_t fp = key_bits == 32 ? (uint32_t)key : (uint32_t)(emc__fmix64(key) >> 32);
+  return ((uint64_t)epoch << 32) | fp;
+}
+EMC_HD uint64_t emc__missset_cas(uint64_t *p, uint64_t expected, uint64_t desired) {
+#if defined(__CUDA_ARCH__)
+  return (uint64_t)atomicCAS((unsigned long long *)p, (unsigned long long)expected,
+                             (unsigned long long)desired);
+#else
+  __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return expected; /* the value found: == desired's expectation on success */
+#endif
+}
+EMC_HD int emc__missset_insert(uint64_t *set, uint64_t mask, uint32_t epoch, uint64_t key,
+                               uint32_t key_bits) {
+  uint64_t w = emc__missset_word(epoch, key, key_bits), i = emc__fmix64(key ^ 0x9e37u) & mask, n;
+  for (n = 0; n <= mask; n++) {
+    uint64_t cur = EMC_LD_RELAXED(&set[i]);
+    for (;;) {
+      uint64_t got;
+      if (cur == w) return 0;
+      if ((uint32_t)(cur >> 32) == epoch) break; /* another key of this call: next slot */
+      got = emc__missset_cas(&set[i], cur, w);
+      if (got == cur) return 1;
+      cur = got; /* raced: look at what is there now */
+    }
+    i = (i + 1u) & mask;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------- admission planning
+ * Admission shares the room below t1 between tables in table order: with need_t rows of
+ * stride_t bytes asked for and P_t = sum_{u<t} need_u * stride_u, table t may admit
+ *     allow_t = min(need_t, max(0, room - P_t) / stride_t)
+ * rows. Every allow_t depends only on a prefix sum, so the device computes all of them with
+ * one block-wide scan; emc__plan_allow is the per-table formula both sides share. */
+EMC_HD uint32_t emc__plan_allow(uint64_t room, uint64_t prefix, uint32_t need, uint32_t stride) {
+  uint64_t left = room > prefix ? room - prefix : 0, fit = left / stride;
+  return (uint32_t)(fit < need ? fit : need);
 }
 
 /* ------------------------------------------------------------------- store rows

@@ -155,12 +155,16 @@ struct emc_cache {
   struct emc__cuda_cache *cuda; /* CUDA backend state */
 };
 
-/* Pool geometry shared by both backends: page size, per-table page layouts (layout[n_tables]),
- * page count for capacity_bytes, and the t1/t2 byte thresholds. EMC_EINVAL when the budget
- * cannot hold one row of the widest table. */
+/* Pool and index geometry shared by both backends (lib/pool.c): page size, per-table page
+ * layouts (layout[n_tables]), page count for capacity_bytes, the t1/t2 byte thresholds and
+ * the index size. EMC_EINVAL when the budget cannot hold one row of the widest table, or
+ * needs slot handles past 2^31. */
 typedef struct emc__pool_geom {
   uint64_t page_bytes, high_bytes, low_bytes;
-  uint32_t n_pages, max_slots, max_stride;
+  uint32_t n_pages, max_slots, max_stride, min_stride;
+  uint64_t max_rows;   /* live pool entries at most: rows of the narrowest table under t1 */
+  uint64_t unified;    /* unified-index entries (unified_index_rows; 0 without hashed tables) */
+  uint64_t ix_buckets; /* index buckets for max_rows + unified entries */
 } emc__pool_geom;
 EMC_INTERNAL emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g,
                                            emc__page_layout *layout);
@@ -181,20 +185,23 @@ EMC_INTERNAL uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table);
  * White-box checks for tests and fuzzers (not part of the public contract). */
 typedef struct emc__cache_debug {
   uint64_t passes;              /* eviction passes so far */
+  uint64_t index_tombs;         /* tombstones in the index now */
+  uint64_t index_slots;         /* entries the index has room for */
   uint64_t passes_above_low;    /* passes that ended with bytes in use above t2 * capacity */
   uint64_t max_bytes_after_pass;/* largest bytes-in-use seen right after a pass */
   uint64_t calls_above_high;    /* calls that returned with bytes in use above t1 * capacity */
   uint64_t low_bytes;           /* t2 * capacity, in bytes */
   uint64_t high_bytes;          /* t1 * capacity, in bytes */
-  uint64_t index_rebuilds;      /* index rebuilds so far */
+  uint64_t index_rebuilds;      /* index re-pack sweeps completed so far */
 } emc__cache_debug;
 
 /* Snapshot of the counters above. Errors: EMC_EINVAL. */
 EMC_INTERNAL emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out);
-/* Walk every structure of the cache and verify it: each live slot has exactly one index entry
- * pointing at it and vice versa, page live counts and free lists agree, bytes in use equal
- * the sum of live slots' strides, dirty counts agree, every entry's key is the global key of
- * its (table, id). Takes the writer lock. Returns EMC_OK or EMC_ECORRUPT with a detail. */
+/* Walk every structure of the cache and verify it: each used slot has exactly one index entry
+ * pointing at it and vice versa, page live counts, free bitmaps and partial lists agree,
+ * bytes in use equal the sum of live slots' strides, dirty counts agree, every entry is found
+ * by a probe for its key, its key is the global key of its (table, id), and no entry is BUSY.
+ * Takes the writer lock. Returns EMC_OK or EMC_ECORRUPT with a detail. */
 EMC_INTERNAL emc_status emc__cache_check(emc_cache *c);
 
 #endif /* EMC_INTERNAL_H */

@@ -1,0 +1,178 @@
+/*
+ * evict.c: the host backend's eviction pass (approximate LRU between two thresholds) and the
+ * aging of LRU stamps. Writer only (the cache's writer lock is held).
+ *
+ * A pass runs when admitting or inserting a row would take the bytes in use above
+ * t1 * capacity. It walks the index entries (each live pool entry carries its stamp):
+ *   scan 1  a histogram of ages (now - stamp, 16-bit, clamped to EMC__AGE_CLAMP), weighted by
+ *           the row's stride, EMC__HIST_BUCKETS buckets of 8 calls each;
+ *   cut     from the oldest bucket down, the bucket where the bytes reach the need
+ *           (bytes in use - t2 * capacity);
+ *   scan 2  evict every entry older than the cut bucket, then entries of the cut bucket until
+ *           the need is met, then, if readers restamped rows since scan 1, any entry but those
+ *           touched by this call, and as a last resort any entry: every pass ends at or below
+ *           t2.
+ * Evicting writes a dirty row back to the store first, then removes the entry (or turns a
+ * hashed row's entry into a unified-index entry pointing at its store row, while the unified
+ * budget lasts), then frees the slot. Unified entries of earlier passes are dropped, all at
+ * once, when the unified index is three-quarters full.
+ */
+#include <string.h>
+
+#include "host_cache.h"
+
+#define AGE_WIDTH (EMC__AGE_CLAMP / EMC__HIST_BUCKETS) /* calls per histogram bucket */
+
+void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc) {
+  emc__host_cache *h = c->host;
+  emc__table *tb = &c->store->tables[t];
+  const emc__page_layout *L = &h->layout[t];
+  unsigned char *pg = emc__page_at(h, loc / h->max_slots);
+  uint32_t s = loc % h->max_slots;
+  int64_t row;
+  if (tb->kind == EMC_TABLE_DENSE) {
+    row = (int64_t)emc__codec_dense_id(&c->codec, t, key);
+  } else {
+    row = emc__store_find(tb, EMC_LD_RELAXED(emc__slot_owner(pg, L, s)));
+    if (row < 0) return; /* cannot happen: hashed rows get their store row when cached */
+  }
+  emc__store_row_write(c->store, t, (uint64_t)row, emc__slot_row(pg, L, s));
+  EMC__CNT_ADD(h->n_writebacks, 1);
+}
+
+/* Age of the entry at pos, with its stamp clamped (rewritten) to EMC__AGE_CLAMP. */
+static uint32_t entry_age(emc__host_cache *h, uint64_t pos, uint64_t now) {
+  uint16_t st = EMC_LD_RELAXED(&h->ix.stamps[pos]);
+  uint32_t age = emc__stamp_age(now, st);
+  if (age > EMC__AGE_CLAMP) {
+    age = EMC__AGE_CLAMP;
+    EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now - EMC__AGE_CLAMP));
+  }
+  return age;
+}
+
+void emc__age_stamps(emc_cache *c, uint64_t now) {
+  emc__host_cache *h = c->host;
+  uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
+  for (i = 0; i < h->ix_slots; i++) {
+    uint64_t k = emc__ix_key(&h->ix, i);
+    if (k != empty && k != tomb) (void)entry_age(h, i, now);
+  }
+  __atomic_store_n(&h->aged_at, now, __ATOMIC_RELAXED);
+}
+
+/* The live pool entry at pos, if any: its table, lm and key. */
+static int pool_entry(const emc__host_cache *h, uint64_t pos, uint32_t *t, uint64_t *lm,
+                      uint64_t *key) {
+  uint64_t k = emc__ix_key(&h->ix, pos), l;
+  if (k == emc__key_empty(h->ix.key_bits) || k == emc__key_tomb(h->ix.key_bits)) return 0;
+  l = emc__ix_lm(&h->ix, pos);
+  if (emc__lm_loc(l) & EMC__LOC_HOST) return 0;
+  *t = emc__hdr_at(h, emc__lm_loc(l) / h->max_slots)->table;
+  *lm = l;
+  *key = k;
+  return 1;
+}
+
+/* Evict the pool entry (pos, key, lm) of table t; returns the bytes freed. */
+static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key, uint64_t lm) {
+  emc__host_cache *h = c->host;
+  const emc__table *tb = &c->store->tables[t];
+  uint32_t loc = emc__lm_loc(lm), stride = h->layout[t].stride;
+  int64_t row = -1;
+  /* 1. the store gets the row before anyone can miss it */
+  if (lm & EMC__LM_DIRTY) {
+    emc__write_back(c, t, key, loc);
+    __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+  }
+  /* 2. the entry goes, or points at the hashed row's store row (a unified-index entry) */
+  if (tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows) {
+    unsigned char *pg = emc__page_at(h, loc / h->max_slots);
+    row = emc__store_find(tb, EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], loc % h->max_slots)));
+  }
+  if (row >= 0 && (uint64_t)row <= EMC__LOC_MAX) {
+    EMC_ST_RELAXED(&h->ix.lm[pos], emc__lm_make(EMC__LOC_HOST | (uint32_t)row, emc__next_meta(h, 0)));
+    EMC_FENCE_RELEASE(); /* before the slot can be reused */
+    h->host_entries++;
+  } else {
+    emc__hix_remove(c, (int64_t)pos);
+  }
+  /* 3. the slot is free */
+  emc__pool_free(h, t, loc);
+  __atomic_fetch_sub(&h->bytes_in_use, stride, __ATOMIC_RELAXED);
+  __atomic_fetch_sub(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
+  EMC__CNT_ADD(h->n_evictions, 1);
+  return stride;
+}
+
+/* Drop every unified-index entry (they are all older than the entries a pass keeps). */
+static void drop_unified(emc_cache *c) {
+  emc__host_cache *h = c->host;
+  uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
+  for (i = 0; i < h->ix_slots && h->host_entries > 0; i++) {
+    uint64_t k = emc__ix_key(&h->ix, i);
+    if (k == empty || k == tomb || !(emc__lm_loc(emc__ix_lm(&h->ix, i)) & EMC__LOC_HOST)) continue;
+    emc__hix_remove(c, (int64_t)i);
+    h->host_entries--;
+  }
+}
+
+/* Evict live pool entries whose age bucket is >= min_bucket (all of them for 0; entries of
+ * age 0 only when `any`), until `freed` reaches `need`. Returns freed. */
+static uint64_t evict_from(emc_cache *c, uint64_t now, uint32_t min_bucket, int any,
+                           uint64_t need, uint64_t freed) {
+  emc__host_cache *h = c->host;
+  uint64_t i;
+  for (i = 0; i < h->ix_slots && freed < need; i++) {
+    uint32_t t, age;
+    uint64_t lm, key;
+    if (!pool_entry(h, i, &t, &lm, &key)) continue;
+    age = entry_age(h, i, now);
+    if (age / AGE_WIDTH < min_bucket || (age == 0 && !any)) continue;
+    freed += evict_entry(c, i, t, key, lm);
+  }
+  return freed;
+}
+
+static void evict_pass(emc_cache *c, uint64_t now) {
+  emc__host_cache *h = c->host;
+  uint64_t in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
+  uint64_t need = in_use > h->low_bytes ? in_use - h->low_bytes : 0, acc = 0, freed = 0, i;
+  uint32_t cut;
+  if (need == 0) return;
+  EMC__CNT_ADD(h->n_passes, 1);
+  if (h->host_entries > 0 &&
+      h->host_entries >= c->cfg.unified_index_rows - c->cfg.unified_index_rows / 4)
+    drop_unified(c);
+  /* scan 1: bytes per age bucket (stamps clamped on the way) */
+  memset(h->hist, 0, EMC__HIST_BUCKETS * sizeof *h->hist);
+  for (i = 0; i < h->ix_slots; i++) {
+    uint32_t t, b;
+    uint64_t lm, key;
+    if (!pool_entry(h, i, &t, &lm, &key)) continue;
+    b = entry_age(h, i, now) / AGE_WIDTH;
+    h->hist[b < EMC__HIST_BUCKETS ? b : EMC__HIST_BUCKETS - 1] += h->layout[t].stride;
+  }
+  __atomic_store_n(&h->aged_at, now, __ATOMIC_RELAXED);
+  /* cut: the oldest buckets together reach the need at bucket `cut` */
+  for (cut = EMC__HIST_BUCKETS; cut-- > 0;) {
+    acc += h->hist[cut];
+    if (acc >= need) break;
+  }
+  if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  /* scan 2: older than the cut, then the cut bucket, then younger ones, then anything */
+  freed = evict_from(c, now, cut + 1, 0, need, freed);
+  freed = evict_from(c, now, cut, 0, need, freed);
+  freed = evict_from(c, now, 0, 0, need, freed);
+  freed = evict_from(c, now, 0, 1, need, freed);
+  in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
+  if (in_use > h->low_bytes) h->passes_above_low++;
+  if (in_use > h->max_after_pass) h->max_after_pass = in_use;
+}
+
+int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now) {
+  emc__host_cache *h = c->host;
+  if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride > h->high_bytes)
+    evict_pass(c, now);
+  return __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride <= h->high_bytes;
+}

@@ -1,0 +1,119 @@
+/*
+ * host_cache.h: the host backend's state and the functions its files share (not installed).
+ *
+ *   index.c       the global index in host memory: sizing, writer-side insert / remove, the
+ *                 bounded in-place re-pack that clears tombstones
+ *   pool.c        pool geometry (shared with the CUDA backend), pages and per-table sub-pools,
+ *                 slot allocation through per-page free bitmaps
+ *   evict.c       the eviction pass (approximate LRU between t1 and t2), stamp aging
+ *   cache_host.c  the backend's calls: create, lookup, insert, flush, stats, white-box checks
+ *
+ * Concurrency: one writer lock (`lock`) serializes every change; lookups take no lock and read
+ * by the protocol of lib/emc_item.h ("index").
+ */
+#ifndef EMC_HOST_CACHE_H
+#define EMC_HOST_CACHE_H
+
+#include "internal.h"
+
+#define EMC__HIST_BUCKETS 4096u
+
+struct emc__host_cache {
+  /* pool (pool.c) */
+  unsigned char *arena;       /* n_pages * page_bytes, 64-byte aligned */
+  size_t arena_bytes;
+  uint64_t page_bytes;
+  uint32_t n_pages;
+  uint32_t max_slots;         /* slots per page of the densest layout (handle = p * max_slots + s) */
+  uint32_t max_stride;        /* widest row slot */
+  uint32_t free_page_head;    /* arena's free pages, linked by hdr.next */
+  uint32_t free_pages;
+  emc__page_layout *layout;   /* per table */
+  uint32_t *partial_head;     /* per table: pages with free slots, linked by prev/next */
+  uint64_t *rows_cached;      /* per table (atomic) */
+  /* index (index.c) */
+  emc__index_view ix;
+  uint64_t ix_slots;          /* entries of the index */
+  size_t ix_bytes;            /* bytes of keys + lm + stamps */
+  uint64_t ix_live, ix_tomb;  /* writer only */
+  uint64_t host_entries;      /* unified-index entries (writer only) */
+  uint64_t max_rows;          /* live pool entries the index is sized for (rows at t1) */
+  uint64_t repack_left;       /* buckets left in the running re-pack sweep (0: none) */
+  uint64_t repack_at;         /* next bucket of the sweep */
+  uint32_t repack_epoch;      /* odd while a re-pack step runs (ix.epoch points here) */
+  uint64_t repack_credit;     /* extra buckets owed to the sweep by this call's insertions */
+  uint64_t *repack_keys, *repack_lm; /* scratch of EMC__REPACK_MAX_BUCKETS buckets */
+  uint16_t *repack_stamps;
+  uint32_t meta_seq;          /* the writers' meta counter (emc_item.h, "index") */
+  /* accounting */
+  uint64_t bytes_in_use;      /* atomic */
+  uint64_t pages_held;        /* atomic */
+  uint64_t dirty_rows;        /* atomic */
+  uint64_t high_bytes, low_bytes;
+  uint64_t clock;             /* atomic; one tick per call */
+  uint64_t aged_at;           /* clock of the last stamp-aging scan (atomic) */
+  pthread_mutex_t lock;
+  int lock_ok;                /* lock initialised */
+  /* counters (atomic) */
+  uint64_t n_lookups, n_hits, n_misses, n_absent, n_admissions, n_admit_skipped, n_inserts,
+      n_evictions, n_writebacks, n_passes, n_retries, n_unified;
+  /* debug */
+  uint64_t passes_above_low, max_after_pass, calls_above_high, repacks;
+  /* eviction scratch (writer only) */
+  uint64_t *hist;             /* EMC__HIST_BUCKETS */
+};
+
+#define EMC__CNT_ADD(field, v) __atomic_fetch_add(&(field), (v), __ATOMIC_RELAXED)
+#define EMC__LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+static inline unsigned char *emc__page_at(const emc__host_cache *h, uint64_t p) {
+  return h->arena + p * h->page_bytes;
+}
+static inline emc__page_hdr *emc__hdr_at(const emc__host_cache *h, uint64_t p) {
+  return (emc__page_hdr *)emc__page_at(h, p);
+}
+/* Row address of slot handle `loc` under table t's layout, or NULL when the handle cannot be
+ * a slot of table t (a stale loc: the reader's validation then fails anyway). */
+static inline unsigned char *emc__slot_addr(const emc__host_cache *h, uint32_t t, uint32_t loc,
+                                            unsigned char **page) {
+  uint32_t p = loc / h->max_slots, s = loc % h->max_slots;
+  if (p >= h->n_pages || s >= h->layout[t].n_slots) return NULL;
+  *page = emc__page_at(h, p);
+  return emc__slot_row(*page, &h->layout[t], s);
+}
+/* A fresh meta for a write (writer only): the counter advances, flags as given. */
+static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
+  h->meta_seq += EMC__META_STEP;
+  return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
+}
+
+/* ---------------------------------------------------------------- pool.c */
+/* A free slot of table t (a page is taken from the arena if needed): its handle, or -1. */
+EMC_INTERNAL int64_t emc__pool_alloc(emc__host_cache *h, uint32_t t);
+/* Slot `loc` of table t is free again; an emptied page goes back to the arena. */
+EMC_INTERNAL void emc__pool_free(emc__host_cache *h, uint32_t t, uint32_t loc);
+
+/* ---------------------------------------------------------------- index.c */
+/* Allocate the index: `buckets` buckets of EMC__BUCKET entries, every slot EMPTY. */
+EMC_INTERNAL emc_status emc__hix_create(emc__host_cache *h, uint32_t key_bits, uint64_t buckets);
+EMC_INTERNAL void emc__hix_destroy(emc__host_cache *h);
+/* Publish (key, lm) at a free slot of key's path (writer; key absent). */
+EMC_INTERNAL void emc__hix_insert(emc_cache *c, uint64_t key, uint64_t lm, uint16_t stamp);
+/* Remove the entry at pos: BUSY lm, then TOMB. */
+EMC_INTERNAL void emc__hix_remove(emc_cache *c, int64_t pos);
+/* Run a bounded step of the re-pack sweep, starting one when tombstones call for it (finish:
+ * run the whole sweep). Writer calls run one step at their end. */
+EMC_INTERNAL void emc__hix_maintain(emc_cache *c, int finish);
+/* Does the entry (pos, lm) of table t hold id? (hashed: the slot's owner or the unified
+ * entry's store row id; dense: always). Writer-side (no validation needed). */
+EMC_INTERNAL int emc__hix_entry_is(const emc_cache *c, uint32_t t, uint64_t lm, uint64_t id);
+
+/* ---------------------------------------------------------------- evict.c */
+/* Room for one more row of `stride` bytes within t1, running a pass if needed (writer). */
+EMC_INTERNAL int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now);
+/* Write the row of the pool entry (key, loc) of table t back to its store row (writer). */
+EMC_INTERNAL void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc);
+/* Clamp stamps older than EMC__AGE_CLAMP (writer); see emc_item.h "LRU stamps". */
+EMC_INTERNAL void emc__age_stamps(emc_cache *c, uint64_t now);
+
+#endif /* EMC_HOST_CACHE_H */
