@@ -28,6 +28,7 @@
 
 #include "embcache.h"
 #include "jline.h"
+#include "per_table.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
@@ -58,6 +59,7 @@ typedef struct bench_opts {
   uint64_t seed;            /* store fill and trace seed */
   int all_hit;              /* size and warm the cache so every measured lookup hits */
   int lru_check;            /* run the exact LRU simulator too */
+  int per_table;            /* also run the per-table-cache baseline (-1: criteo-kaggle only) */
   const char *out;          /* also append JSON lines here; NULL for none */
 } bench_opts;
 
@@ -84,6 +86,8 @@ static void usage(FILE *f) {
       "  --sweep-alpha a,b,.. one configuration per alpha\n"
       "  --sweep-cache f,g,.. one configuration per cache fraction\n"
       "  --lru-check / --no-lru-check   exact LRU at t2*capacity and t1*capacity (default on)\n"
+      "  --per-table / --no-per-table   also run one cache per table, the budget split by\n"
+      "                       table size, on the same batches (default: on for criteo-kaggle)\n"
       "  --out FILE           append the JSON lines to FILE too\n"
       "  --help\n"
       "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
@@ -131,7 +135,8 @@ static int parse_list(const char *s, double *out, size_t *n) {
 enum {
   OPT_PRESET = 256, OPT_SCALE, OPT_TABLES, OPT_ROWS, OPT_DIM, OPT_DTYPE, OPT_ALPHA, OPT_DIST,
   OPT_BATCH, OPT_BATCHES, OPT_WARMUP, OPT_CACHE_FRAC, OPT_T1, OPT_T2, OPT_BACKEND, OPT_KEY_BITS,
-  OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP
+  OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
+  OPT_PER_TABLE, OPT_NO_PER_TABLE
 };
 
 /* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
@@ -161,6 +166,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"no-lru-check", no_argument, NULL, OPT_NO_LRU},
       {"out", required_argument, NULL, OPT_OUT},
       {"help", no_argument, NULL, OPT_HELP},
+      {"per-table", no_argument, NULL, OPT_PER_TABLE},
+      {"no-per-table", no_argument, NULL, OPT_NO_PER_TABLE},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->preset = "criteo-kaggle";
@@ -183,6 +190,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   o->key_bits = 64;
   o->seed = 1;
   o->lru_check = 1;
+  o->per_table = -1;
 
   int c;
   uint64_t u = 0;
@@ -278,6 +286,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_NO_LRU: o->lru_check = 0; break;
       case OPT_OUT: o->out = a; break;
       case OPT_HELP: usage(stdout); return 1;
+      case OPT_PER_TABLE: o->per_table = 1; break;
+      case OPT_NO_PER_TABLE: o->per_table = 0; break;
       default:
         fprintf(stderr, "emc-bench: unknown option or missing argument: %s\n",
                 argv[optind - 1]);
@@ -297,6 +307,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     fprintf(stderr, "emc-bench: need 0 < t2 < t1 <= 1 (got t1 %g, t2 %g)\n", o->t1, o->t2);
     return -1;
   }
+  if (o->per_table < 0) o->per_table = strcmp(o->preset, "criteo-kaggle") == 0;
   if (o->all_hit && o->n_fracs > 1) {
     fprintf(stderr, "emc-bench: --all-hit sizes the cache itself; drop --sweep-cache\n");
     return -1;
@@ -380,6 +391,7 @@ typedef struct bench_ctx {
   size_t *first;           /* batch_ids: distinct-key positions */
   emct_dedup dedup;
   FILE *out_file;
+  emcb_pt pt;              /* per-table baseline stores (o->per_table) */
 } bench_ctx;
 
 static const uint64_t *batch_ids(const bench_ctx *b, size_t i) {
@@ -460,6 +472,21 @@ static double lru_ratio(bench_ctx *b, uint64_t cap, int phased) {
     exit(EXIT_EMC);
   }
   return distinct ? (double)hits / (double)distinct : NAN;
+}
+
+/* Per-table baseline callbacks: batch i's ids, and its rows checked against the per-table
+ * stores' values (a single-table store fills with emc_uniform_row(seed, 0, id)). */
+static const uint64_t *pt_ids(void *ctx, size_t i) { return batch_ids((const bench_ctx *)ctx, i); }
+static int pt_check(void *ctx, size_t i, const unsigned char *rows) {
+  bench_ctx *b = ctx;
+  const uint64_t *ids = batch_ids(b, i);
+  for (uint32_t t = 0; t < b->n_tables; t++)
+    for (uint64_t p = b->offsets[t]; p < b->offsets[t + 1]; p++) {
+      EMC_CHECK("emc_uniform_row", emc_uniform_row(b->o->seed, 0, ids[p], -1.0f, 1.0f, b->o->dim,
+                                                   b->o->dtype, b->expect));
+      if (memcmp(rows + p * b->row_bytes, b->expect, b->row_bytes) != 0) return 1;
+    }
+  return 0;
 }
 
 /* One configuration (alpha already in the trace, cache fraction frac). Returns the exit
@@ -590,6 +617,19 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   emc_stats gauges = s1;
   EMC_CHECK("emc_cache_destroy", emc_cache_destroy(cache));
 
+  /* ---- the per-table baseline: one cache per table, the same budget split by table size */
+  emcb_pt_result pt;
+  memset(&pt, 0, sizeof pt);
+  if (o->per_table) {
+    int pst = emcb_pt_run(&b->pt, &cfg, capacity, pt_ids, b->offsets, b->row_bytes, o->warmup,
+                          o->batches, o->all_hit, b->out, NULL, NULL, 0, pt_check, b, &pt);
+    if (pst != 0) die_emc("the per-table baseline", (emc_status)pst);
+    if (!pt.rows_ok) {
+      fprintf(stderr, "emc-bench: per-table baseline: wrong rows\n");
+      wrong = 1;
+    }
+  }
+
   /* ---- report */
   const double hit_ratio = lookups ? (double)hits / (double)lookups : NAN;
   const double hit_distinct = dist_total ? (double)dist_hits / (double)dist_total : NAN;
@@ -650,6 +690,14 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_u64(&j, "bytes_in_use", gauges.bytes_in_use);
   jl_u64(&j, "bytes_reserved", gauges.bytes_reserved);
   jl_u64(&j, "index_bytes", gauges.index_bytes);
+  /* index and per-slot metadata per row the cache holds when full (rows of the stride under
+   * t1, the index's design load); and per row resident at the end */
+  {
+    uint64_t rows_t1 = (uint64_t)((double)capacity * (double)(float)o->t1) / b->stride;
+    jl_num(&j, "index_bytes_per_row", rows_t1 ? (double)gauges.index_bytes / (double)rows_t1 : NAN);
+    jl_num(&j, "index_bytes_per_cached_row",
+           gauges.rows_cached ? (double)gauges.index_bytes / (double)gauges.rows_cached : NAN);
+  }
   jl_u64(&j, "rows_cached", gauges.rows_cached);
   jl_u64(&j, "evictions", s1.evictions - s0.evictions);
   jl_u64(&j, "evict_passes", s1.evict_passes - s0.evict_passes);
@@ -659,6 +707,12 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "gather_seconds", t_gather);
   jl_num(&j, "gather_lookups_per_s", glps);
   jl_num(&j, "ratio_vs_gather", lps / glps);
+  if (o->per_table) {
+    jl_num(&j, "per_table_hit_ratio", pt.hit_ratio);
+    jl_num(&j, "per_table_lookups_per_s", pt.lookups_per_s);
+    jl_u64(&j, "per_table_min_capacity", pt.min_capacity);
+    jl_num(&j, "global_vs_per_table_speed", lps / pt.lookups_per_s);
+  }
   jl_u64(&j, "rows_checked", checked);
   jl_bool(&j, "rows_ok", !wrong);
   if (jl_end(&j) != 0) fputs("emc-bench: result line truncated\n", stderr);
@@ -676,6 +730,9 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
             plru_t2, plru_t1);
   fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f\n", lps,
           lps * (double)b->row_bytes / 1e9, glps, lps / glps);
+  if (o->per_table)
+    fprintf(stderr, "emc-bench:   per-table caches: hit %.4f, %.3g lookups/s (global x%.2f)\n",
+            pt.hit_ratio, pt.lookups_per_s, lps / pt.lookups_per_s);
   return wrong ? EXIT_WRONG : 0;
 }
 
@@ -726,6 +783,10 @@ int main(int argc, char **argv) {
   for (uint32_t t = 0; t < b.n_tables; t++)
     EMC_CHECK("emc_store_fill_uniform",
               emc_store_fill_uniform(b.store, t, -1.0f, 1.0f, o.seed));
+  if (o.per_table) {
+    int pst = emcb_pt_init(&b.pt, b.rows, b.n_tables, o.dim, o.dtype, o.seed);
+    if (pst != 0) die_emc("per-table stores", (emc_status)pst);
+  }
   fprintf(stderr, "emc-bench: store ready in %.2f s\n", now_s() - t0);
 
   /* ---- buffers */
@@ -779,6 +840,7 @@ int main(int argc, char **argv) {
   free(b.trace);
   free(b.rows);
   emc_store_destroy(b.store);
+  emcb_pt_free(&b.pt);
   if (b.out_file) fclose(b.out_file);
   return rc;
 }

@@ -8,8 +8,14 @@
  *                  come from the registered host store); GB/s against a pinned H2D copy.
  *   3. latency:    Criteo-Kaggle tables (26, --scale), Zipf(1.05) ids, cache 5 % of the store:
  *                  single lookups of 2,048 samples x 26 ids, p50 / p99 (wall and GPU).
- *   4. throughput: the same store and cache size, batches of 16,384 samples: ids/s, hit ratio.
- *   5. launches:   one lookup captured into a CUDA graph (relaxed mode) and its nodes counted;
+ *   4. throughput: the same store and cache size, batches of 16,384 samples: ids/s, hit ratio,
+ *                  index bytes per row; and in the same run the per-table baseline: one cache
+ *                  per table over single-table stores, the same budget split by table size
+ *                  (bench/per_table.c), on the same batches: its ids/s and hit ratio.
+ *   5. streams:    2,048 x 26 lookups from one stream, then the same number spread over four
+ *                  streams (one cache): ids/s of each and the ratio.
+ *   6. launches:   one lookup captured into a CUDA graph (relaxed mode) and its nodes counted
+ *                  (under capture the writer call that admits the misses is captured too);
  *                  -1 and the reason when capture fails (the bench goes on).
  * A human table goes to stderr, one JSON line to stdout (and appended to --out FILE).
  * Exit status: 0 ok; 1 wrong rows or the all-hit run missed; 2 an emc_* or CUDA call failed
@@ -29,6 +35,7 @@
 
 #include "embcache.h"
 #include "jline.h"
+#include "per_table.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
@@ -51,6 +58,8 @@
 #define TP_WARM 20u
 #define TP_TIMED 50u
 #define N_CHECK 2048u             /* rows compared with emc_uniform_row per checked lookup */
+#define ST_STREAMS 4u             /* streams of the multi-stream figure */
+#define ST_LOOKUPS 64u            /* 2,048 x 26 lookups per stream */
 
 /* ------------------------------------------------------------------ failure helpers */
 static void die_cuda(const char *what, cudaError_t e) {
@@ -193,7 +202,9 @@ typedef struct results {
   int hit_all_hits;
   double miss_ms, miss_gbps, h2d_ms, h2d_gbps, miss_ratio_vs_copy, miss_hit_ratio;
   double crit_rows, crit_capacity, lat_p50_us, lat_p99_us, lat_gpu_p50_us, lat_gpu_p99_us,
-      lat_hit_ratio, tp_ids_per_s, tp_hit_ratio, tp_seconds;
+      lat_hit_ratio, tp_ids_per_s, tp_hit_ratio, tp_seconds, tp_index_bytes_per_row;
+  double pt_hit_ratio, pt_ids_per_s, pt_min_capacity;
+  double st1_ids_per_s, st4_ids_per_s;
   double graph_nodes, graph_kernels, graph_memcpys, graph_memsets;
   char graph_error[256];
 } results;
@@ -311,6 +322,31 @@ static void make_trace(const uint64_t *rows, uint32_t nt, size_t batch, size_t n
   CU(cudaMemcpy(*d, *h, n_batches * per * sizeof **d, cudaMemcpyHostToDevice));
 }
 
+/* The per-table baseline's callbacks: device ids of batch i, a wait on the bench stream, and
+ * rows checked against the single-table stores (emc_uniform_row(SEED, 0, id)). */
+typedef struct pt_ctx {
+  bench *b;
+  const uint64_t *d_ids;
+  size_t per;
+  const uint64_t *h_ids;
+  uint32_t nt;
+} pt_ctx;
+static const uint64_t *pt_ids(void *ctx, size_t i) {
+  const pt_ctx *p = ctx;
+  return p->d_ids + i * p->per;
+}
+static void pt_sync(void *ctx) { CU(cudaStreamSynchronize(((pt_ctx *)ctx)->b->st)); }
+static int pt_check(void *ctx, size_t i, const unsigned char *d_out) {
+  const pt_ctx *p = ctx;
+  unsigned char got[ROW_BYTES], want[ROW_BYTES];
+  for (size_t k = 0; k < p->per; k += p->per / 64 + 1) {
+    CU(cudaMemcpy(got, d_out + k * ROW_BYTES, ROW_BYTES, cudaMemcpyDeviceToHost));
+    EMC(emc_uniform_row(SEED, 0, p->h_ids[i * p->per + k], -1.0f, 1.0f, DIM, EMC_DTYPE_F32, want));
+    if (memcmp(got, want, ROW_BYTES) != 0) return 1;
+  }
+  return 0;
+}
+
 static void run_criteo(bench *b, results *R, double scale) {
   uint64_t rows[EMCT_CRITEO_KAGGLE_TABLES], total = 0, off[EMCT_CRITEO_KAGGLE_TABLES + 1];
   const uint32_t nt =
@@ -378,10 +414,71 @@ static void run_criteo(bench *b, results *R, double scale) {
   R->tp_ids_per_s = (double)TP_TIMED * (double)tper / R->tp_seconds;
   R->tp_hit_ratio = (double)(s1.hits - s0.hits) / (double)(s1.lookups - s0.lookups);
   bad += check_rows(b, d_out, h + (size_t)(TP_WARM + TP_TIMED - 1) * tper, TP_BATCH, nt, &rng);
+  {
+    /* index and per-slot metadata per row the cache holds at t1 (default 0.95) */
+    uint64_t rows_t1 = (uint64_t)((double)cap * (double)0.95f) / stride;
+    R->tp_index_bytes_per_row = rows_t1 ? (double)s1.index_bytes / (double)rows_t1 : NAN;
+  }
   EMC(emc_cache_destroy(c));
+
+  /* ---- 4b. the per-table baseline on the same batches, same budget split by table size */
+  {
+    emcb_pt pt;
+    emcb_pt_result pr;
+    emc_cache_config cfg;
+    pt_ctx px = {b, d, tper, h, nt};
+    int pst;
+    emc_cache_config_init(&cfg);
+    cfg.backend = EMC_BACKEND_CUDA;
+    fprintf(stderr, "emc-bench-gpu: per-table baseline: %u single-table stores...\n", nt);
+    if ((pst = emcb_pt_init(&pt, rows, nt, DIM, EMC_DTYPE_F32, SEED)) != 0) die_emc("per-table stores", (emc_status)pst);
+    pst = emcb_pt_run(&pt, &cfg, cap, pt_ids, off, ROW_BYTES, TP_WARM, TP_TIMED, 0, d_out, b->st,
+                      pt_sync, 0, pt_check, &px, &pr);
+    if (pst != 0) die_emc("the per-table baseline", (emc_status)pst);
+    if (!pr.rows_ok) {
+      fprintf(stderr, "emc-bench-gpu: per-table baseline: wrong rows\n");
+      b->wrong = 1;
+    }
+    R->pt_hit_ratio = pr.hit_ratio;
+    R->pt_ids_per_s = pr.lookups_per_s;
+    R->pt_min_capacity = (double)pr.min_capacity;
+    emcb_pt_free(&pt);
+  }
   free(h);
   CU(cudaFree(d));
   CU(cudaFree(d_out));
+
+  /* ---- 5. streams: the same lookups from one stream, then spread over four */
+  {
+    const size_t sper = (size_t)LAT_BATCH * nt, nb = ST_STREAMS * ST_LOOKUPS;
+    cudaStream_t sts[ST_STREAMS];
+    unsigned char *outs[ST_STREAMS];
+    make_trace(rows, nt, LAT_BATCH, nb, SEED + 5, &h, &d, off);
+    c = make_cache(s, cap, 0, 0);
+    for (unsigned k = 0; k < ST_STREAMS; k++) {
+      CU(cudaStreamCreateWithFlags(&sts[k], cudaStreamNonBlocking));
+      CU(cudaMalloc((void **)&outs[k], sper * ROW_BYTES));
+    }
+    for (size_t i = 0; i < nb; i++) EMC(emc_lookup(c, d + i * sper, off, outs[0], sts[0])); /* warm */
+    CU(cudaDeviceSynchronize());
+    double w0 = now_s();
+    for (size_t i = 0; i < nb; i++) EMC(emc_lookup(c, d + i * sper, off, outs[0], sts[0]));
+    CU(cudaStreamSynchronize(sts[0]));
+    R->st1_ids_per_s = (double)nb * (double)sper / (now_s() - w0);
+    w0 = now_s();
+    for (size_t i = 0; i < nb; i++)
+      EMC(emc_lookup(c, d + i * sper, off, outs[i % ST_STREAMS], sts[i % ST_STREAMS]));
+    for (unsigned k = 0; k < ST_STREAMS; k++) CU(cudaStreamSynchronize(sts[k]));
+    R->st4_ids_per_s = (double)nb * (double)sper / (now_s() - w0);
+    bad += check_rows(b, outs[(nb - 1) % ST_STREAMS], h + (nb - 1) * sper, LAT_BATCH, nt, &rng);
+    EMC(emc_cache_destroy(c));
+    for (unsigned k = 0; k < ST_STREAMS; k++) {
+      CU(cudaStreamDestroy(sts[k]));
+      CU(cudaFree(outs[k]));
+    }
+    free(h);
+    CU(cudaFree(d));
+  }
   emc_store_destroy(s);
   if (bad) {
     fprintf(stderr, "emc-bench-gpu: criteo paths: %" PRIu64 " wrong rows\n", bad);
@@ -389,11 +486,11 @@ static void run_criteo(bench *b, results *R, double scale) {
   }
 }
 
-/* ------------------------------------------------------------------ 5: graph nodes */
+/* ------------------------------------------------------------------ 6: graph nodes */
 /* One steady-state (all-hit, no eviction pass) lookup of 2,048 samples x 26 tables, captured
- * on a stream of its own, on a small throwaway store and cache: a failed capture may leave
- * the cache's internal ordering event unusable, so nothing measured depends on it. Never
- * exits: a failure is recorded in R->graph_error. */
+ * on a stream of its own, on a small throwaway store and cache (nothing measured depends on
+ * it). The graph holds the lookup kernel and the writer call captured behind it. Never exits:
+ * a failure is recorded in R->graph_error. */
 static void run_graph(results *R) {
   uint64_t rows[EMCT_CRITEO_KAGGLE_TABLES], off[EMCT_CRITEO_KAGGLE_TABLES + 1], *h = NULL,
            *d = NULL;
@@ -542,7 +639,9 @@ int main(int argc, char **argv) {
   results R;
   memset(&R, 0, sizeof R);
   R.crit_rows = R.crit_capacity = R.lat_p50_us = R.lat_p99_us = R.lat_gpu_p50_us =
-      R.lat_gpu_p99_us = R.lat_hit_ratio = R.tp_ids_per_s = R.tp_hit_ratio = R.tp_seconds = NAN;
+      R.lat_gpu_p99_us = R.lat_hit_ratio = R.tp_ids_per_s = R.tp_hit_ratio = R.tp_seconds =
+          R.tp_index_bytes_per_row = R.pt_hit_ratio = R.pt_ids_per_s = R.pt_min_capacity =
+              R.st1_ids_per_s = R.st4_ids_per_s = NAN;
   R.graph_nodes = R.graph_kernels = R.graph_memcpys = R.graph_memsets = -1;
   run_hit_miss(&b, &R);
   if (!skip_criteo) run_criteo(&b, &R, scale);
@@ -572,7 +671,14 @@ int main(int argc, char **argv) {
       {"latency_hit_ratio", R.lat_hit_ratio},
       {"throughput_batch_ids", (double)TP_BATCH * EMCT_CRITEO_KAGGLE_TABLES},
       {"throughput_seconds", R.tp_seconds}, {"throughput_ids_per_s", R.tp_ids_per_s},
-      {"throughput_hit_ratio", R.tp_hit_ratio}, {"graph_nodes", R.graph_nodes},
+      {"throughput_hit_ratio", R.tp_hit_ratio}, {"hit_ratio", R.tp_hit_ratio},
+      {"lookups_per_s", R.tp_ids_per_s}, {"index_bytes_per_row", R.tp_index_bytes_per_row},
+      {"per_table_hit_ratio", R.pt_hit_ratio}, {"per_table_lookups_per_s", R.pt_ids_per_s},
+      {"per_table_min_capacity", R.pt_min_capacity},
+      {"global_vs_per_table_speed", R.tp_ids_per_s / R.pt_ids_per_s},
+      {"streams", ST_STREAMS}, {"one_stream_ids_per_s", R.st1_ids_per_s},
+      {"streams_ids_per_s", R.st4_ids_per_s}, {"streams_speedup", R.st4_ids_per_s / R.st1_ids_per_s},
+      {"graph_nodes", R.graph_nodes},
       {"graph_kernel_nodes", R.graph_kernels}, {"graph_memcpy_nodes", R.graph_memcpys},
       {"graph_memset_nodes", R.graph_memsets}};
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) jl_num(&j, nums[i].k, nums[i].v);
@@ -601,8 +707,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%-34s %9.1f us     p99 %.1f us; GPU p50 %.1f / p99 %.1f us; hit %.4f\n",
             "latency p50, 2048 x 26 ids", R.lat_p50_us, R.lat_p99_us, R.lat_gpu_p50_us,
             R.lat_gpu_p99_us, R.lat_hit_ratio);
-    fprintf(stderr, "%-34s %9.3g ids/s  hit ratio %.4f\n", "throughput, 16384 x 26 ids",
-            R.tp_ids_per_s, R.tp_hit_ratio);
+    fprintf(stderr, "%-34s %9.3g ids/s  hit ratio %.4f; index %.1f B/row\n",
+            "throughput, 16384 x 26 ids", R.tp_ids_per_s, R.tp_hit_ratio, R.tp_index_bytes_per_row);
+    fprintf(stderr, "%-34s %9.3g ids/s  hit ratio %.4f; global x%.2f faster\n",
+            "per-table caches, same budget", R.pt_ids_per_s, R.pt_hit_ratio,
+            R.tp_ids_per_s / R.pt_ids_per_s);
+    fprintf(stderr, "%-34s %9.3g ids/s  one stream %.3g ids/s, x%.2f\n", "4 streams, 2048 x 26 ids",
+            R.st4_ids_per_s, R.st1_ids_per_s, R.st4_ids_per_s / R.st1_ids_per_s);
   }
   if (R.graph_nodes >= 0)
     fprintf(stderr, "%-34s %9.0f        %.0f kernels, %.0f memcpys, %.0f memsets\n",

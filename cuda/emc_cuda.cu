@@ -1,19 +1,12 @@
 /*
- * emc_cuda.cu: the device side of embcache.
- *
- * This release ships the device probe used to pick a backend and the first kernel built on
- * the shared per-item header (lib/emc_item.h): global keys of a batch, computed by the same
- * code the host backend runs. tests/test_gpu_keys.c compares it with the host byte for byte.
- * Everything here is reached through the small C-callable interface in cuda/emc_cuda.h, so
- * lib/ builds with a plain C compiler.
+ * emc_cuda.cu: the device probe used to pick a backend, and device twins of the shared
+ * per-item code for the GPU tests: global keys of a batch (tests/gpu/test_gpu_keys.c) and the
+ * lookup kernel's cooperative probe over a host-built index, both compared with the host's
+ * answers byte for byte.
  */
-#include <cuda_runtime.h>
 #include <stdio.h>
 
-extern "C" {
-#include "emc_item.h"
-#include "emc_cuda.h"
-}
+#include "dev.cuh"
 
 /* Clear a failed call's error so it does not leak into the caller's next CUDA call. */
 static int emc__cuda_ok(cudaError_t e, char *err, size_t err_len) {
@@ -74,78 +67,43 @@ extern "C" int emc__cuda_global_keys(const emc__table_code *codes_host, uint32_t
   return ok;
 }
 
-/* Probe a host-built index on the device: positions of keys (the shared emc__index_find). */
+/* Probe a host-built index on the device with the lookup kernel's cooperative probe
+ * (dev.cuh, coop_probe: 8 lanes per key, four keys per warp). */
 __global__ void __launch_bounds__(256)
-emc__k_index_find(emc__index_view ix, uint64_t empty, const uint64_t *keys, uint64_t n,
-                  int64_t *pos) {
-  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (uint64_t)gridDim.x * blockDim.x)
-    pos[i] = emc__index_find(&ix, keys[i], empty);
+emc__k_index_find(emc__index_view ix, const uint64_t *keys, uint64_t n, int64_t *pos) {
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+  for (uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w * 4 < n; w += warps) {
+    uint64_t i = w * 4 + (lane >> 3);
+    int64_t p = coop_probe(ix, i < n ? keys[i] : 0, i < n);
+    if (i < n && (lane & 7u) == 0) pos[i] = p;
+  }
 }
 
-extern "C" int emc__cuda_index_find(const emc__index_view *ix_host, uint64_t empty,
-                                    const uint64_t *keys_host, uint64_t n, int64_t *pos_host,
-                                    char *err, size_t err_len) {
+extern "C" int emc__cuda_index_find(const emc__index_view *ix_host, const uint64_t *keys_host,
+                                    uint64_t n, int64_t *pos_host, char *err, size_t err_len) {
   emc__index_view ix = *ix_host;
   uint64_t slots = ix.n_buckets * EMC__BUCKET, *keys = NULL;
+  size_t kb = ix.key_bits == 32 ? 4 : 8;
   int64_t *pos = NULL;
   int ok = 1;
-  ix.keys = ix.ids = ix.locs = NULL;
-  ok = ok && emc__cuda_ok(cudaMalloc(&ix.keys, slots * sizeof(uint64_t)), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMalloc(&ix.ids, slots * sizeof(uint64_t)), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMalloc(&ix.locs, slots * sizeof(uint64_t)), err, err_len);
+  ix.keys = NULL;
+  ix.lm = NULL;
+  ix.stamps = NULL;
+  ix.epoch = NULL;
+  ok = ok && emc__cuda_ok(cudaMalloc(&ix.keys, slots * kb), err, err_len);
   ok = ok && emc__cuda_ok(cudaMalloc(&keys, (n ? n : 1) * sizeof(uint64_t)), err, err_len);
   ok = ok && emc__cuda_ok(cudaMalloc(&pos, (n ? n : 1) * sizeof(int64_t)), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMemcpy(ix.keys, ix_host->keys, slots * sizeof(uint64_t), cudaMemcpyHostToDevice), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMemcpy(ix.ids, ix_host->ids, slots * sizeof(uint64_t), cudaMemcpyHostToDevice), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMemcpy(ix.locs, ix_host->locs, slots * sizeof(uint64_t), cudaMemcpyHostToDevice), err, err_len);
+  ok = ok && emc__cuda_ok(cudaMemcpy(ix.keys, ix_host->keys, slots * kb, cudaMemcpyHostToDevice), err, err_len);
   ok = ok && emc__cuda_ok(cudaMemcpy(keys, keys_host, n * sizeof(uint64_t), cudaMemcpyHostToDevice), err, err_len);
   if (ok && n > 0) {
-    unsigned blocks = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-    emc__k_index_find<<<blocks, 256>>>(ix, empty, keys, n, pos);
+    unsigned blocks = (unsigned)((n + 31) / 32 < 4096 ? (n + 31) / 32 : 4096);
+    emc__k_index_find<<<blocks, 256>>>(ix, keys, n, pos);
     ok = emc__cuda_ok(cudaGetLastError(), err, err_len);
   }
   ok = ok && emc__cuda_ok(cudaMemcpy(pos_host, pos, n * sizeof(int64_t), cudaMemcpyDeviceToHost), err, err_len);
   cudaFree(ix.keys);
-  cudaFree(ix.ids);
-  cudaFree(ix.locs);
   cudaFree(keys);
   cudaFree(pos);
-  return ok;
-}
-
-/* Optimistic slot reads on the device (the shared emc__slot_read) over a host-built page:
- * ok[i] = 1 and row i copied when slot i holds id ids[i]. */
-__global__ void __launch_bounds__(256)
-emc__k_slot_read(unsigned char *page, emc__page_layout L, uint32_t table, const uint64_t *ids,
-                 uint32_t n, size_t row_bytes, unsigned char *out, int *ok) {
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    ok[i] = emc__slot_read(page, &L, i, table, ids[i], out + (size_t)i * row_bytes, row_bytes);
-}
-
-extern "C" int emc__cuda_slot_read(const unsigned char *page_host, size_t page_bytes,
-                                   const emc__page_layout *L, uint32_t table,
-                                   const uint64_t *ids_host, uint32_t n, size_t row_bytes,
-                                   unsigned char *out_host, int *ok_host, char *err,
-                                   size_t err_len) {
-  unsigned char *page = NULL, *out = NULL;
-  uint64_t *ids = NULL;
-  int *okd = NULL, ok = 1;
-  ok = ok && emc__cuda_ok(cudaMalloc(&page, page_bytes), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMalloc(&out, (size_t)n * row_bytes + 1), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMalloc(&ids, (size_t)n * sizeof(uint64_t) + 8), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMalloc(&okd, (size_t)n * sizeof(int) + 4), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMemcpy(page, page_host, page_bytes, cudaMemcpyHostToDevice), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMemcpy(ids, ids_host, (size_t)n * sizeof(uint64_t), cudaMemcpyHostToDevice), err, err_len);
-  if (ok && n > 0) {
-    emc__k_slot_read<<<(n + 255) / 256, 256>>>(page, *L, table, ids, n, row_bytes, out, okd);
-    ok = emc__cuda_ok(cudaGetLastError(), err, err_len);
-  }
-  ok = ok && emc__cuda_ok(cudaMemcpy(out_host, out, (size_t)n * row_bytes, cudaMemcpyDeviceToHost), err, err_len);
-  ok = ok && emc__cuda_ok(cudaMemcpy(ok_host, okd, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost), err, err_len);
-  cudaFree(page);
-  cudaFree(out);
-  cudaFree(ids);
-  cudaFree(okd);
   return ok;
 }

@@ -10,7 +10,8 @@
 /* Number of CUDA devices, or -1 when the runtime answers with an error (the text in err). */
 int emc__cuda_device_count(char *err, size_t err_len);
 
-/* The CUDA backend (cache_cuda.cu); c->cfg.device has been checked. Same contracts as the
+/* The CUDA backend (cuda/cache_cuda.cu and the stage files dev.cuh lists); c->cfg.device has
+ * been checked. Same contracts as the
  * public calls, with pointers in host or device memory (see include/embcache.h). */
 int emc__cuda_available(int device);
 emc_status emc__cuda_create(emc_cache *c);
@@ -32,13 +33,9 @@ int emc__cuda_global_keys(const emc__table_code *codes, uint32_t n_tables, uint6
                           const uint64_t *ids, const uint64_t *offsets, uint64_t *keys, char *err,
                           size_t err_len);
 
-/* Probe a host-built index view on the device: pos[i] = emc__index_find(ix, keys[i]). */
-int emc__cuda_index_find(const emc__index_view *ix, uint64_t empty, const uint64_t *keys,
-                         uint64_t n, int64_t *pos, char *err, size_t err_len);
-
-/* Run emc__slot_read on the device for slots 0..n-1 of a host-built page (copied over):
- * ok[i] and row i of out as the host function would give. */
-int emc__cuda_slot_read(const unsigned char *page, size_t page_bytes, const emc__page_layout *L,
-                        uint32_t table, const uint64_t *ids, uint32_t n, size_t row_bytes,
-                        unsigned char *out, int *ok, char *err, size_t err_len);
+/* Probe a host-built index on the device with the lookup kernel's cooperative probe:
+ * pos[i] = the slot of keys[i] or -1, as emc__index_find gives it. ix: host arrays (keys only
+ * are read). Returns 1 on success, 0 with the CUDA error in err. */
+int emc__cuda_index_find(const emc__index_view *ix, const uint64_t *keys, uint64_t n, int64_t *pos,
+                         char *err, size_t err_len);
 #endif

@@ -327,7 +327,9 @@ typedef struct emc_stats {
   uint64_t bytes_in_use;   /* bytes of resident rows (slot stride * rows) */
   uint64_t bytes_reserved; /* bytes of pool pages held by tables */
   uint64_t capacity_bytes; /* the budget */
-  uint64_t index_bytes;    /* bytes of the index (both copies) and the LRU stamp array */
+  uint64_t index_bytes;    /* bytes of the index (keys, entry words, LRU stamps) and of the
+                              per-slot metadata in pages (free bitmaps, hashed tables' owner
+                              ids); page headers and row alignment are not counted */
   uint64_t dirty_rows;     /* rows inserted and not yet written back */
 } emc_stats;
 

@@ -455,16 +455,17 @@ emc_status emc__host_flush(emc_cache *c) {
 }
 
 /* ================================================================= stats and checks */
-/* Bytes of the index and of the per-slot metadata kept in pages (headers, free bitmaps,
- * owner ids): what the cache spends besides rows. Owner arrays are counted for every page
- * at the largest a layout has (a page may change tables). */
+/* Bytes of the index (keys, entry words, stamps) and of the per-slot metadata kept in pages
+ * (free bitmaps, hashed tables' owner ids), counted for every page at the largest a layout
+ * has (a page may change tables). Page headers (64 bytes a page) and the padding that aligns
+ * rows are pool bookkeeping, not counted. */
 static uint64_t metadata_bytes(const emc_cache *c) {
   const emc__host_cache *h = c->host;
   uint64_t per_page = 0;
   uint32_t t;
   for (t = 0; t < c->store->n_tables; t++) {
     const emc__page_layout *L = &h->layout[t];
-    uint64_t b = L->off_rows; /* header, bitmap, owners and alignment before the rows */
+    uint64_t b = (uint64_t)L->n_words * 8 + (L->off_owner ? (uint64_t)L->n_slots * 8 : 0);
     if (b > per_page) per_page = b;
   }
   return h->ix_bytes + (uint64_t)h->n_pages * per_page;

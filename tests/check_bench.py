@@ -83,6 +83,30 @@ def main():
         with open(out) as f:
             check(len(f.read().splitlines()) == 3, "--out did not append")
 
+        # the criteo-kaggle preset (small scale): index bytes per cached row within the targets
+        # (16 B with 32-bit keys, 24 B with 64-bit keys) and the per-table baseline beside the
+        # global cache, in the same run
+        crit = ["--scale", "0.01", "--batch", "1024", "--batches", "6", "--warmup", "6",
+                "--no-lru-check"]
+        for kb, limit in ((32, 16.0), (64, 24.0)):
+            _, objs = run(binary, crit + ["--key-bits", str(kb)], out)
+            check(len(objs) == 1, f"criteo --key-bits {kb} gave {len(objs)} lines")
+            if not objs:
+                continue
+            o = objs[0]
+            common(o, f"criteo {kb}")
+            for k in ("index_bytes_per_row", "per_table_hit_ratio", "per_table_lookups_per_s"):
+                check(k in o, f"criteo {kb}: field {k} missing")
+            if failures:
+                continue
+            check(0 < o["index_bytes_per_row"] <= limit,
+                  f"criteo {kb}-bit keys: index_bytes_per_row {o['index_bytes_per_row']} > {limit}")
+            check(0 < o["per_table_hit_ratio"] <= 1 and o["per_table_lookups_per_s"] > 0,
+                  f"criteo {kb}: per-table figures {o['per_table_hit_ratio']}, {o['per_table_lookups_per_s']}")
+            check(o["hit_ratio"] >= o["per_table_hit_ratio"],
+                  f"criteo {kb}: the global cache hits less ({o['hit_ratio']}) than per-table "
+                  f"caches of the same total budget ({o['per_table_hit_ratio']})")
+
     for m in failures:
         print("FAIL:", m)
     if failures:

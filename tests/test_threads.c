@@ -23,6 +23,12 @@
  *   emc_get_stats from several threads at once: counters never go backwards, gauges stay
  *     within the budget.
  *
+ * The same file, compiled with EMCT_GPU, is the GPU suite test_gpu_threads (label gpu): the
+ * cache is a CUDA cache, every reader looks up from device buffers on a stream of its own
+ * (four reader streams at once) while writer threads insert generation-encoded rows under
+ * constant eviction; the rows are checked as above, the device structures by emc__cuda_check.
+ * It exits 77 where no device answers, and runs without fork (CUDA does not survive fork).
+ *
  * Keys are split between writers (rank % n_writers), so the generations of one key are
  * inserted in order by one thread. Worker threads never call ck_assert (Check's failure path
  * is not thread-safe): they record the first failure and stop; the main thread asserts.
@@ -38,6 +44,12 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
+
+#ifdef EMCT_GPU
+#include <cuda_runtime_api.h>
+
+#include "emc_cuda.h"
+#endif
 
 #include <pthread.h>
 #include <sched.h>
@@ -58,6 +70,12 @@
  *      [1, 2048]: exact in binary16; g decodes from element 0 given the rank, and element 1
  *      differs between ranks < 1024 apart.
  * Neither is ever zero, so a zero row is only the absent value. */
+#ifdef EMCT_GPU
+#define EMCT_GPU_ON 1
+#else
+#define EMCT_GPU_ON 0
+#endif
+
 #define RANK_BITS 10u
 #define MAX_UNIVERSE (1u << RANK_BITS)
 #define HOT 64u
@@ -275,6 +293,45 @@ static void batch_free(batch *b) {
   free(b->rows); free(b->scratch);
 }
 
+#ifdef EMCT_GPU
+/* A reader's device side: its stream and device copies of ids, out and where. */
+typedef struct gpu_io {
+  cudaStream_t st;
+  void *ids, *out, *where;
+} gpu_io;
+
+static int gpu_io_init(gpu_io *g, size_t n, size_t bytes) {
+  memset(g, 0, sizeof *g);
+  return cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking) == cudaSuccess &&
+         cudaMalloc(&g->ids, n * 8 + 8) == cudaSuccess && cudaMalloc(&g->out, bytes + 16) == cudaSuccess &&
+         cudaMalloc(&g->where, n + 1) == cudaSuccess;
+}
+
+static void gpu_io_free(gpu_io *g) {
+  if (g->st) cudaStreamDestroy(g->st);
+  cudaFree(g->ids);
+  cudaFree(g->out);
+  cudaFree(g->where);
+}
+
+/* emc_lookup_ex from device buffers on the reader's own stream, results back to b. */
+static emc_status gpu_lookup(shared *sh, gpu_io *g, batch *b, uint64_t k, int use_where) {
+  size_t bytes = 0;
+  uint32_t t;
+  emc_status st;
+  for (t = 0; t < sh->n; t++) bytes += (b->offsets[t + 1] - b->offsets[t]) * sh->tb[t].row_bytes;
+  if (cudaMemcpyAsync(g->ids, b->ids, k * 8, cudaMemcpyHostToDevice, g->st) != cudaSuccess)
+    return EMC_ECUDA;
+  st = emc_lookup_ex(sh->c, g->ids, b->offsets, g->out, use_where ? g->where : NULL, g->st);
+  if (st != EMC_OK) return st;
+  if (cudaMemcpyAsync(b->rows, g->out, bytes, cudaMemcpyDeviceToHost, g->st) != cudaSuccess ||
+      (use_where && cudaMemcpyAsync(b->where, g->where, k, cudaMemcpyDeviceToHost, g->st) != cudaSuccess) ||
+      cudaStreamSynchronize(g->st) != cudaSuccess)
+    return EMC_ECUDA;
+  return EMC_OK;
+}
+#endif
+
 static void *reader_main(void *arg) {
   worker *wk = arg;
   shared *sh = wk->sh;
@@ -283,11 +340,23 @@ static void *reader_main(void *arg) {
   uint32_t t, dense_t = MAX_TABLES;
   uint32_t per_table = wk->index == 0 && sh->big_ids ? sh->big_ids : sh->reader_ids;
   uint64_t my_iters = wk->index == 0 && sh->big_ids ? sh->big_iters : sh->reader_iters;
+#ifdef EMCT_GPU
+  gpu_io gio;
+#endif
   if (!batch_alloc(&b, sh, per_table > sh->reader_ids ? per_table : sh->reader_ids)) {
     wfail(wk, "reader %u: out of memory", wk->index);
     batch_free(&b);
     return NULL;
   }
+#ifdef EMCT_GPU
+  if (!gpu_io_init(&gio, (size_t)sh->n * (per_table > sh->reader_ids ? per_table : sh->reader_ids),
+                   b.bytes)) {
+    wfail(wk, "reader %u: no stream or device buffers", wk->index);
+    gpu_io_free(&gio);
+    batch_free(&b);
+    return NULL;
+  }
+#endif
   for (t = 0; t < sh->n; t++)
     if (sh->tb[t].kind == EMC_TABLE_DENSE && dense_t == MAX_TABLES) dense_t = t;
   for (it = 0; it < my_iters && !wk->failed; it++) {
@@ -333,8 +402,12 @@ static void *reader_main(void *arg) {
       wk->range_errors++;
     }
     memset(b.where, 0xee, k + 1);
+#ifdef EMCT_GPU
+    st = gpu_lookup(sh, &gio, &b, k, use_where);
+#else
     st = use_where ? emc_lookup_ex(sh->c, b.ids, b.offsets, b.rows, b.where, NULL)
                    : emc_lookup(sh->c, b.ids, b.offsets, b.rows, NULL);
+#endif
     if (st != EMC_OK) {
       wfail(wk, "reader %u iteration %llu: lookup of %llu ids returned %s (%s)", wk->index,
             (unsigned long long)it, (unsigned long long)k, emc_status_name(st),
@@ -369,6 +442,9 @@ static void *reader_main(void *arg) {
     if (!use_where) wk->nowhere_positions += k;
     wk->iters++;
   }
+#ifdef EMCT_GPU
+  gpu_io_free(&gio);
+#endif
   batch_free(&b);
   return NULL;
 }
@@ -489,6 +565,23 @@ static void *stats_main(void *arg) {
 }
 
 /* --------------------------------------------------------------- the runner */
+/* The white-box check of the backend under test, and the invariants emct_check_cache adds
+ * for the host backend. */
+static void check_cache(emc_cache *c, const emct_world *w, int no_inserts, const char *what) {
+#ifdef EMCT_GPU
+  emc_stats s;
+  emc_status st = emc__cuda_check(c);
+  (void)w;
+  (void)no_inserts;
+  ck_assert_msg(st == EMC_OK, "%s: emc__cuda_check: %s (%s)", what, emc_status_name(st),
+                emc_last_error_detail());
+  EMCT_OK(emc_get_stats(c, &s));
+  ck_assert_msg(s.hits + s.misses + s.absent == s.lookups, "%s: counters do not add up", what);
+#else
+  emct_check_cache(c, w, no_inserts, what);
+#endif
+}
+
 typedef struct run_config {
   const char *name;
   uint32_t n;
@@ -674,7 +767,7 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
   }
 
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_HOST;
+  cfg.backend = EMCT_GPU_ON ? EMC_BACKEND_CUDA : EMC_BACKEND_HOST;
   cfg.capacity_bytes = rc->capacity;
   if (rc->t1 > 0) cfg.evict_high = rc->t1;
   if (rc->t2 > 0) cfg.evict_low = rc->t2;
@@ -682,9 +775,14 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
   cfg.unified_index_rows = rc->unified_rows;
   cfg.hash_seed = seed;
   EMCT_OK(emc_cache_create(w.store, &cfg, &sh.c));
-  EMCT_OK(emc__cache_get_debug(sh.c, &dbg));
   EMCT_OK(emc_get_stats(sh.c, &s0));
+#ifdef EMCT_GPU
+  (void)dbg; /* host-backend counters; t1 as the pool geometry computes it */
+  sh.high_bytes = (uint64_t)((double)cfg.capacity_bytes * cfg.evict_high);
+#else
+  EMCT_OK(emc__cache_get_debug(sh.c, &dbg));
   sh.high_bytes = dbg.high_bytes;
+#endif
   sh.capacity = s0.capacity_bytes;
   sh.index_bytes = s0.index_bytes;
 
@@ -763,7 +861,7 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
                 what, (unsigned long long)s.evictions, (unsigned long long)s.evict_passes);
   ck_assert_msg(s.admissions > 0, "%s: no admissions", what);
   if (!static_mode) ck_assert_msg(s.writebacks > 0, "%s: no write-backs", what);
-  emct_check_cache(sh.c, &w, static_mode, what);
+  check_cache(sh.c, &w, static_mode, what);
 
   if (static_mode) {
     emct_world_check_store(&w, what); /* lookups never change the store */
@@ -774,7 +872,7 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
                   (unsigned long long)s.dirty_rows);
     check_store_final(&sh, what);
     check_lookup_final(&sh, what);
-    emct_check_cache(sh.c, &w, 0, what);
+    check_cache(sh.c, &w, 0, what);
   }
   EMCT_OK(emc_cache_destroy(sh.c));
   if (static_mode) emct_world_check_store(&w, what);
@@ -801,6 +899,82 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
   emct_world_free(&w);
 }
 
+#ifdef EMCT_GPU
+/* Four reader streams (device buffers) and writer threads inserting generation-encoded rows,
+ * the cache evicting all along: every row a value its key legitimately held. */
+START_TEST(gpu_four_streams_one_writer) {
+  run_config rc = {
+      .name = "gpu: 4 reader streams, 1 writer, mixed tables, 32-bit keys",
+      .n = 3,
+      .spec = {{EMC_TABLE_DENSE, 1000, 16, EMC_DTYPE_F32, 0, 0},
+               {EMC_TABLE_HASHED, 1024, 8, EMC_DTYPE_F16, 900, 300},
+               {EMC_TABLE_DENSE, 600, 33, EMC_DTYPE_F16, 0, 0}},
+      .capacity = 48u << 10,
+      .key_bits = 32,
+      .unified_rows = 64,
+      .readers = 4, .writers = 1, .flushers = 1, .statters = 1,
+      .reader_iters = 4000, .writer_iters = 2000,
+      .reader_ids = 48, .writer_ids = 16};
+  run_traffic(&rc, 133);
+}
+END_TEST
+
+START_TEST(gpu_four_streams_two_writers_hashed) {
+  run_config rc = {
+      .name = "gpu: 4 reader streams, 2 writers, hashed f32, unified entries",
+      .n = 1,
+      .spec = {{EMC_TABLE_HASHED, 1024, 12, EMC_DTYPE_F32, 1000, 500}},
+      .capacity = 16u << 10,
+      .t1 = 0.9f, .t2 = 0.6f,
+      .unified_rows = 96,
+      .readers = 4, .writers = 2, .flushers = 0, .statters = 1,
+      .reader_iters = 4000, .writer_iters = 2000,
+      .reader_ids = 48, .writer_ids = 12};
+  run_traffic(&rc, 122);
+}
+END_TEST
+
+START_TEST(gpu_four_streams_lookups_only) {
+  run_config rc = {
+      .name = "gpu: 4 reader streams, lookups only",
+      .n = 3,
+      .spec = {{EMC_TABLE_DENSE, 1024, 16, EMC_DTYPE_F32, 0, 0},
+               {EMC_TABLE_HASHED, 1024, 24, EMC_DTYPE_F16, 800, 400},
+               {EMC_TABLE_DENSE, 512, 5, EMC_DTYPE_F32, 0, 0}},
+      .capacity = 32u << 10,
+      .unified_rows = 128,
+      .readers = 4, .writers = 0, .flushers = 0, .statters = 1,
+      .reader_iters = 4000,
+      .reader_ids = 32};
+  run_traffic(&rc, 144);
+}
+END_TEST
+
+int main(void) {
+  char err[256] = "";
+  int n = emc__cuda_device_count(err, sizeof err), failed;
+  Suite *s;
+  TCase *tc;
+  SRunner *sr;
+  if (n <= 0) {
+    printf("test_gpu_threads: no CUDA device (%s): skipped\n", n < 0 ? err : "0 devices");
+    return 77;
+  }
+  s = suite_create("gpu_threads");
+  tc = tcase_create("concurrency");
+  tcase_add_test(tc, gpu_four_streams_one_writer);
+  tcase_add_test(tc, gpu_four_streams_two_writers_hashed);
+  tcase_add_test(tc, gpu_four_streams_lookups_only);
+  tcase_set_timeout(tc, 600);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
+#else
 /* ------------------------------------------------------------------- tests */
 /* dense f32 only: 3 readers, 1 writer, 1 flusher, 1 stats thread; about a third of the rows fit */
 START_TEST(readers_writer_dense_f32) {
@@ -943,3 +1117,4 @@ int main(void) {
   srunner_free(sr);
   return failed ? 1 : 0;
 }
+#endif

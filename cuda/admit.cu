@@ -1,0 +1,435 @@
+/*
+ * admit.cu: the admission stage of a writer call, the writer call's lock / demand / end
+ * kernels, and their launchers.
+ *
+ * Writer calls (admission of a lookup's misses, insert, flush) run on the cache's writer
+ * stream one after another (or, inside a caller's captured graph, behind the device writer
+ * lock), beside any number of lookups. The sequence for a lookup's misses:
+ *   lock     (1 thread) take the writer lock, tick the clock
+ *   demand   (1 block) the call's demand (misses per table times their stride); decide on the
+ *            device whether an eviction pass runs (bytes in use + demand > t1, or the stamps
+ *            are due for aging) and whether a re-pack step of the index runs (see maint.cu)
+ *   evict    the pass, when decided (evict.cu); its kernels return at once otherwise
+ *   plan     (1 block) room below t1 shared between tables in table order by one block-wide
+ *            scan (emc__plan_allow); per table, one thread grants slots from its pages with free
+ *            slots, its current page and new pages from the free stack (grants: page, count,
+ *            ranks)
+ *   pages    new pages get their table's free bitmap
+ *   fill     a warp per miss granted a slot: skip it if its key is in the index now (cached by
+ *            an earlier writer call, or another id's key), else take the j-th free slot of its
+ *            grant's page (a warp-wide bitmap search; the bitmap is not changed until publish,
+ *            so the grant's misses take distinct slots) and copy the row into it: from the
+ *            staging copy, or from the store when a write-back may have changed the row since
+ *            the copy was read (its write-back cell). Inserts write the rows they cannot cache
+ *            through to the store.
+ *   publish  a thread per filled slot: claim an index slot (CAS on the key) and write the entry
+ *            word, or turn the id's unified-index entry into a slot entry; then the slot leaves
+ *            the page's bitmap and the counters move
+ *   end      (1 block) the scratch's per-table counters go back to zero, the miss-set epoch
+ *            moves on, the write-back epoch is published, the lock is released
+ * The rows being admitted are in slots no entry names until publish: no pass can evict them.
+ */
+#include "dev.cuh"
+
+/* ---------------------------------------------------------------- begin */
+__global__ void k_wr_lock(const __grid_constant__ wr_args A) {
+  dglob *g = A.V.g;
+  /* the writer lock: held across the whole writer call (uncontended unless a caller's
+   * captured graph runs a writer call of its own) */
+  while (atomicCAS(&g->lock, 0u, 1u) != 0u) __nanosleep(1000);
+  __threadfence();
+  g->clock++;
+  g->n_grants = 0;
+  g->n_new_pages = 0;
+  g->wrote_back = 0;
+  g->pass_active = 0;
+  g->aging = 0;
+  g->repack_active = 0;
+}
+
+__global__ void __launch_bounds__(1024) k_wr_demand(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  const dcall &C = A.C;
+  dglob *g = V.g;
+  __shared__ ull red[32];
+  ull demand = 0;
+  for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
+    uint32_t need = C.need ? C.need[t] : 0;
+    V.ts[t].need = need;
+    V.ts[t].allow = 0;
+    V.ts[t].g_n = 0;
+    demand += (ull)need * V.tabs[t].stride;
+  }
+  demand = block_sum(demand, red);
+  if (threadIdx.x == 0) {
+    ull total = g->bytes_in_use + demand;
+    g->pass_active = total > V.high;
+    g->aging = g->clock - g->aged_at >= EMC__AGE_CLAMP / 2;
+    g->need = g->pass_active ? min(total - V.low, g->bytes_in_use) : 0;
+    g->cut_taken = 0;
+    if (g->pass_active) g->passes++;
+    /* the re-pack sweep: started when tombstones pass 1/32 of the index, one step a call */
+    if (g->repack_left == 0 && g->ix_tomb > V.ix.n_buckets * EMC__BUCKET / 32)
+      g->repack_left = V.ix.n_buckets;
+    g->repack_active = g->repack_left > 0;
+  }
+}
+
+/* ---------------------------------------------------------------- plan */
+/* Thread t's grants for table t: its pages with free slots, its current page, new pages. */
+__device__ void grant_table(const dview &V, const dcall &C, uint32_t t) {
+  tstate *ts = &V.ts[t];
+  const emc__page_layout *L = &V.tabs[t].L;
+  uint32_t allow = ts->allow, r = 0, gi = 0;
+  dgrant *out = C.grants + C.offsets[t] + 2u * t;
+  while (r < allow && ts->pl_start + ts->pl_cursor < ts->pl_end) {
+    uint32_t p = V.plist[ts->pl_start + ts->pl_cursor];
+    emc__page_hdr *h = hdr_of(V, p);
+    uint32_t freen = h->table == t ? L->n_slots - h->live : 0, take = min(freen, allow - r);
+    if (take > 0) {
+      out[gi].page = p;
+      out[gi].count = take;
+      out[gi].table = t;
+      out[gi].rank = r;
+      gi++;
+      r += take;
+    }
+    if (take == freen) ts->pl_cursor++; /* used up (or no longer this table's) */
+  }
+  while (r < allow) {
+    uint32_t p = ts->cur_page, freen, take;
+    if (p == EMC_NONE32 || hdr_of(V, p)->live == L->n_slots) {
+      uint32_t top = atomicSub(&V.g->free_top, 1u);
+      emc__page_hdr *h;
+      if (top == 0 || top > V.n_pages) { /* no free page left */
+        atomicAdd(&V.g->free_top, 1u);
+        break;
+      }
+      p = V.free_pages[top - 1u];
+      h = hdr_of(V, p);
+      h->table = t;
+      h->n_slots = L->n_slots;
+      h->live = 0;
+      h->gen++;
+      V.new_pages[atomicAdd(&V.g->n_new_pages, 1u)] = p;
+      atomicAdd(&V.g->pages_held, 1ull);
+      ts->cur_page = p;
+      freen = L->n_slots;
+    } else {
+      freen = L->n_slots - hdr_of(V, p)->live;
+    }
+    take = min(freen, allow - r);
+    out[gi].page = p;
+    out[gi].count = take;
+    out[gi].table = t;
+    out[gi].rank = r;
+    gi++;
+    r += take;
+    if (take < freen) break; /* enough */
+  }
+  ts->allow = r; /* fewer when the pages ran out */
+  ts->g_first = C.offsets[t] + 2u * t;
+  ts->g_n = gi;
+}
+
+__global__ void __launch_bounds__(1024) k_plan(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  const dcall &C = A.C;
+  dglob *g = V.g;
+  __shared__ ull red[32], carry;
+  ull room = g->bytes_in_use < V.high ? V.high - g->bytes_in_use : 0, skipped = 0;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  /* allow_t = min(need_t, (room - prefix_t) / stride_t): a block-wide scan over tables, in
+   * chunks of blockDim.x tables (warp scans, then a scan of the warp totals) */
+  for (uint32_t t0 = 0; t0 < V.n_tables; t0 += blockDim.x) {
+    uint32_t t = t0 + threadIdx.x, lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    ull mine = t < V.n_tables ? (ull)V.ts[t].need * V.tabs[t].stride : 0, incl = mine;
+    for (int o = 1; o < 32; o <<= 1) {
+      ull y = __shfl_up_sync(0xffffffffu, incl, o);
+      if ((int)lane >= o) incl += y;
+    }
+    if (lane == 31) red[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+      ull v = lane < (blockDim.x >> 5) ? red[lane] : 0, vi = v;
+      for (int o = 1; o < 32; o <<= 1) {
+        ull y = __shfl_up_sync(0xffffffffu, vi, o);
+        if ((int)lane >= o) vi += y;
+      }
+      if (lane < (blockDim.x >> 5)) red[lane] = vi - v; /* exclusive warp offsets */
+    }
+    __syncthreads();
+    if (t < V.n_tables) {
+      ull prefix = carry + red[w] + incl - mine;
+      uint32_t allow = emc__plan_allow(room, prefix, V.ts[t].need, V.tabs[t].stride);
+      V.ts[t].allow = allow;
+    }
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry += red[w] + incl;
+    __syncthreads();
+  }
+  for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
+    if (V.ts[t].allow > 0) grant_table(V, C, t);
+    skipped += V.ts[t].need - V.ts[t].allow;
+  }
+  skipped = block_sum(skipped, red);
+  if (threadIdx.x == 0 && C.mode == 0 && skipped) g->admit_skipped += skipped;
+}
+
+/* New pages: every slot free. A block per page. */
+__global__ void __launch_bounds__(256) k_page_init(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  uint32_t np = V.g->n_new_pages;
+  for (uint32_t i = blockIdx.x; i < np; i += gridDim.x) {
+    uint32_t p = V.new_pages[i];
+    emc__page_hdr *h = hdr_of(V, p);
+    const emc__page_layout *L = &V.tabs[h->table].L;
+    uint64_t *bm = emc__page_bitmap(h, L);
+    for (uint32_t w = threadIdx.x; w < L->n_words; w += blockDim.x) {
+      uint32_t lo = w * 64;
+      bm[w] = L->n_slots >= lo + 64 ? ~0ull : (L->n_slots > lo ? (1ull << (L->n_slots - lo)) - 1u : 0ull);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- fill */
+/* Copy `bytes` with 32 lanes, widest units the alignment allows. */
+__device__ __forceinline__ void warp_copy(unsigned char *dst, const unsigned char *src, uint32_t bytes,
+                                          unsigned lane) {
+  uintptr_t a = (uintptr_t)dst | (uintptr_t)src | bytes;
+  uint32_t i;
+  if ((a & 15u) == 0) {
+    for (i = lane; i < bytes / 16; i += 32) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+  } else if ((a & 7u) == 0) {
+    for (i = lane; i < bytes / 8; i += 32) ((uint2 *)dst)[i] = ((const uint2 *)src)[i];
+  } else if ((a & 3u) == 0) {
+    for (i = lane; i < bytes / 4; i += 32) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
+  } else {
+    for (i = lane; i < bytes / 2; i += 32) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
+  }
+}
+
+/* Write a row through to the store (inserts that get no slot): the write-back cell first. */
+__device__ void write_through(const dview &V, const dtab *tb, uint64_t key, uint64_t row,
+                              const unsigned char *src, unsigned lane) {
+  if (lane == 0) {
+    atomicMax(&V.wb_cells[wb_cell(key)], V.g->wb_epoch + 1u);
+    V.g->wrote_back = 1;
+    __threadfence();
+  }
+  __syncwarp();
+  warp_copy(tb->base + row * tb->stride, src, tb->row_bytes, lane);
+  __threadfence_system();
+}
+
+/* The store row of (t, id): dense by address, hashed through the map; -1 when absent. */
+__device__ __forceinline__ int64_t store_row(const dtab *tb, uint64_t id) {
+  if (tb->kind == EMC_TABLE_DENSE) return (int64_t)id;
+  return emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
+}
+
+__global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  const dcall &C = A.C;
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t n = C.offsets[V.n_tables];
+  uint64_t w = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const uint64_t nw = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+  for (uint64_t m = w; m < n; m += nw) {
+    uint32_t t = table_of(C.offsets, V.n_tables, m), r = (uint32_t)(m - C.offsets[t]);
+    const tstate *ts = &V.ts[t];
+    const dtab *tb = &V.tabs[t];
+    dmiss ms;
+    uint64_t key;
+    const unsigned char *src;
+    int64_t pos, srow;
+    int taken = 0;
+    if (r >= ts->need) continue;
+    ms = C.misses[m];
+    key = emc__global_key(&tb->code, ms.id, V.hash_seed);
+    src = C.src + C.outoff[t] + (ms.pos - C.offsets[t]) * tb->row_bytes;
+    if (lane == 0) C.slot_of[m] = EMC_NONE32;
+    /* is the key in the index now? (writers are serialized: the answer holds) */
+    pos = emc__index_find(&V.ix, key);
+    if (pos >= 0) {
+      uint64_t lm = V.ix.lm[pos];
+      uint32_t loc = emc__lm_loc(lm);
+      int mine;
+      if (loc & EMC__LOC_HOST) {
+        uint64_t row = loc & EMC__LOC_MAX;
+        mine = row < tb->code.rows && tb->row_ids[row] == ms.id;
+      } else if (tb->L.off_owner) {
+        uint32_t pg = loc / V.max_slots, sl = loc % V.max_slots;
+        mine = *emc__slot_owner(page_of(V, pg), &tb->L, sl) == ms.id;
+      } else {
+        mine = 1;
+      }
+      taken = !(mine && (loc & EMC__LOC_HOST)); /* cached already, or another id's key */
+      if (taken && mine && C.mode == 1) continue; /* (cannot happen, see below) */
+    }
+    if (!taken && r < ts->allow) {
+      /* the grant holding rank r, and the slot: the (r - grant.rank)-th free bit of its page */
+      uint32_t lo = 0, hi = ts->g_n, p, s;
+      const dgrant *gr = C.grants + ts->g_first;
+      int64_t sl;
+      while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) / 2;
+        if (gr[mid].rank <= r) lo = mid; else hi = mid;
+      }
+      p = gr[lo].page;
+      sl = warp_bitmap_nth(emc__page_bitmap(page_of(V, p), &tb->L), tb->L.n_words, r - gr[lo].rank);
+      if (sl >= 0) {
+        unsigned char *pg = page_of(V, p);
+        s = (uint32_t)sl;
+        /* the row: staged copy, unless a write-back may have changed it since it was read */
+        if (ms.wb_epoch != EMC_NONE32 && V.wb_cells[wb_cell(key)] > ms.wb_epoch) {
+          srow = store_row(tb, ms.id);
+          if (srow >= 0) src = tb->base + (uint64_t)srow * tb->stride;
+        }
+        warp_copy(emc__slot_row(pg, &tb->L, s), src, tb->row_bytes, lane);
+        if (lane == 0) {
+          if (tb->L.off_owner) *emc__slot_owner(pg, &tb->L, s) = ms.id;
+          C.slot_of[m] = p * V.max_slots + s;
+        }
+        continue;
+      }
+    }
+    /* not cached by this call: an insert's row goes through to the store (unless the index
+     * holds this id's own slot, which cannot happen: inserts update those in place first) */
+    if (C.mode == 1) {
+      srow = C.srows ? (int64_t)C.srows[ms.pos] : store_row(tb, ms.id);
+      if (srow >= 0) write_through(V, tb, key, (uint64_t)srow, src, lane);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- publish */
+__global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  const dcall &C = A.C;
+  const uint64_t n = C.offsets[V.n_tables];
+  const uint32_t meta_base = V.g->meta_seq, now = V.g->clock;
+  const uint64_t empty = emc__key_empty(V.key_bits), tomb = emc__key_tomb(V.key_bits);
+  ull admitted = 0, bytes = 0, dirty = 0, live = 0, tombs = 0, unified = 0;
+  GRID_STRIDE(m, n) {
+    uint32_t t = table_of(C.offsets, V.n_tables, m), r = (uint32_t)(m - C.offsets[t]), loc;
+    const dtab *tb = &V.tabs[t];
+    dmiss ms;
+    uint64_t key, lm, b;
+    int64_t pos;
+    if (r >= V.ts[t].need || (loc = C.slot_of[m]) == EMC_NONE32) continue;
+    ms = C.misses[m];
+    key = emc__global_key(&tb->code, ms.id, V.hash_seed);
+    lm = emc__lm_make(loc, (meta_base + (uint32_t)(m + 1) * EMC__META_STEP) |
+                               (C.mode == 1 ? EMC__META_DIRTY : 0u));
+    pos = emc__index_find(&V.ix, key);
+    __threadfence(); /* the row (filled by the previous kernel) before the entry word */
+    if (pos >= 0) { /* the id's unified-index entry now points at the slot */
+      V.ix.stamps[pos] = (uint16_t)now;
+      atomicExch((ull *)&V.ix.lm[pos], (ull)lm);
+      unified++;
+    } else {
+      /* claim the first free slot of the key's path: CAS on the key, then the entry word
+       * (a free slot's lm is BUSY, so a reader that sees the key early rejects it) */
+      b = emc__home_bucket(key, V.ix.n_buckets);
+      for (uint64_t steps = 0; steps < V.ix.n_buckets && pos < 0; steps++) {
+        for (unsigned s = 0; s < EMC__BUCKET && pos < 0; s++) {
+          uint64_t i = b * EMC__BUCKET + s, v = ix_key(V.ix, i), old;
+          if (v != empty && v != tomb) continue;
+          if (V.key_bits == 32)
+            old = atomicCAS((uint32_t *)V.ix.keys + i, (uint32_t)v, (uint32_t)key);
+          else
+            old = atomicCAS((ull *)V.ix.keys + i, (ull)v, (ull)key);
+          if (old == v) {
+            pos = (int64_t)i;
+            tombs += v == tomb;
+          }
+        }
+        if (++b == V.ix.n_buckets) b = 0;
+      }
+      if (pos < 0) continue; /* cannot happen: the index is sized for every live entry */
+      V.ix.stamps[pos] = (uint16_t)now;
+      __threadfence();
+      atomicExch((ull *)&V.ix.lm[pos], (ull)lm);
+      live++;
+    }
+    {
+      uint32_t p = loc / V.max_slots, s = loc % V.max_slots;
+      emc__page_hdr *h = hdr_of(V, p);
+      atomicAnd((ull *)&emc__page_bitmap(h, &tb->L)[s / 64], ~(1ull << (s % 64)));
+      atomicAdd(&h->live, 1u);
+      atomicAdd(&V.ts[t].rows_cached, 1ull);
+    }
+    admitted++;
+    bytes += tb->stride;
+    dirty += C.mode == 1;
+  }
+  if (admitted) {
+    if (C.mode == 0) atomicAdd(&V.g->admissions, admitted);
+    atomicAdd(&V.g->bytes_in_use, bytes);
+    if (dirty) atomicAdd(&V.g->dirty_rows, dirty);
+    if (live) atomicAdd(&V.g->ix_live, live);
+    if (tombs) atomicAdd(&V.g->ix_tomb, (ull)0 - tombs);
+    if (unified) atomicAdd(&V.g->host_entries, (ull)0 - unified);
+  }
+}
+
+/* ---------------------------------------------------------------- end */
+__global__ void __launch_bounds__(256) k_wr_end(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  const dcall &C = A.C;
+  dglob *g = V.g;
+  for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
+    if (C.need) C.need[t] = 0;
+    V.ts[t].need = 0;
+    V.ts[t].allow = 0;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    /* a fresh meta for every position the call may have used, and the next miss-set epoch */
+    g->meta_seq += (uint32_t)(C.offsets ? C.offsets[V.n_tables] + 1u : 1u) * EMC__META_STEP;
+    if (C.epoch) {
+      uint32_t e = *C.epoch + 1u;
+      *C.epoch = e ? e : 1u;
+    }
+    if (g->aging || g->pass_active) g->aged_at = g->clock;
+    /* rows written to the store by this call are complete before readers trust them */
+    __threadfence_system();
+    if (g->wrote_back) g->wb_epoch++;
+    __threadfence();
+    atomicExch(&g->lock, 0u);
+  }
+}
+
+/* ---------------------------------------------------------------- launchers */
+static wr_args args_of(const emc__cuda_cache *k, const dcall *C) {
+  wr_args A;
+  A.V = *emc__cuda_view(k);
+  A.C = *C;
+  return A;
+}
+
+cudaError_t emc__cu_wr_lock(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  k_wr_lock<<<1, 1, 0, st>>>(args_of(k, C));
+  return cudaGetLastError();
+}
+
+cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  k_wr_demand<<<1, 1024, 0, st>>>(args_of(k, C));
+  return cudaGetLastError();
+}
+
+cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  wr_args A = args_of(k, C);
+  k_plan<<<1, 1024, 0, st>>>(A);
+  k_page_init<<<64, 256, 0, st>>>(A);
+  k_admit_fill<<<grid_for(C->n * 32, 256), 256, 0, st>>>(A);
+  k_admit_publish<<<grid_for(C->n, 256), 256, 0, st>>>(A);
+  return cudaGetLastError();
+}
+
+cudaError_t emc__cu_wr_end(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  k_wr_end<<<1, 256, 0, st>>>(args_of(k, C));
+  return cudaGetLastError();
+}

@@ -1,0 +1,236 @@
+/*
+ * check.cu: the check stage: emc__cuda_check, a white-box walk of every device structure
+ * (tests), and the EMC_CUDA_PROFILE per-stage timing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_cuda.h"
+
+#define CHK(cond, ...)                                  \
+  do {                                                  \
+    if (!(cond)) {                                      \
+      st = EMC_FAIL(EMC_ECORRUPT, __VA_ARGS__);         \
+      goto done;                                        \
+    }                                                   \
+  } while (0)
+
+/* Copy the device structures to the host (after every writer call has finished) and verify
+ * them as emc__cache_check does the host backend's: every live entry found by a probe where it
+ * is, its key the global key of its (table, id), never BUSY; pool entries name a used slot of a
+ * page of their table, each slot once; unified entries point at their id's store row; page
+ * live counts agree with the entries and the free bitmaps; the free page stack holds exactly
+ * the free pages; each table's list of pages with free slots holds its own pages; bytes, rows,
+ * dirty rows, live entries and tombstones agree with the counters; use stays at or below t1. */
+extern "C" emc_status emc__cuda_check(emc_cache *c) {
+  emc__cuda_cache *k = c->cuda;
+  const dview &V = k->V;
+  uint32_t nt = k->n_tables, t, p;
+  uint64_t slots = V.ix.n_buckets * EMC__BUCKET, i, handles = (uint64_t)V.n_pages * V.max_slots;
+  uint64_t empty = emc__key_empty(V.key_bits), tomb = emc__key_tomb(V.key_bits);
+  uint64_t bytes = 0, dirty = 0, live = 0, tombs = 0, host_entries = 0;
+  size_t kb = V.key_bits == 32 ? 4 : 8;
+  unsigned char *arena = NULL, *keys = NULL;
+  uint64_t *lm = NULL, *rows = NULL, *used = NULL;
+  uint32_t *free_pages = NULL, *plist = NULL, *page_live = NULL;
+  uint8_t *seen = NULL;
+  tstate *ts = NULL;
+  dglob g;
+  emc__index_view ix;
+  emc_status st = EMC_OK;
+  cudaError_t e;
+  if (!k) return EMC_FAIL(EMC_EUNSUPPORTED, "not a CUDA cache");
+  pthread_mutex_lock(&k->lock);
+  e = cudaSetDevice(k->device);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(k->writer);
+  arena = (unsigned char *)malloc(k->arena_bytes);
+  keys = (unsigned char *)malloc(slots * kb);
+  lm = (uint64_t *)malloc(slots * 8);
+  free_pages = (uint32_t *)malloc((size_t)V.n_pages * 4);
+  plist = (uint32_t *)malloc((size_t)V.n_pages * 4);
+  page_live = (uint32_t *)calloc(V.n_pages, 4);
+  seen = (uint8_t *)calloc(V.n_pages, 1);
+  used = (uint64_t *)calloc(handles / 64 + 1, 8);
+  ts = (tstate *)malloc(nt * sizeof *ts);
+  rows = (uint64_t *)calloc(nt, 8);
+  if (!arena || !keys || !lm || !free_pages || !plist || !page_live || !seen || !used || !ts || !rows) {
+    st = EMC_FAIL(EMC_ENOMEM, "check scratch");
+    goto done;
+  }
+  if (e == cudaSuccess) e = cudaMemcpy(arena, V.arena, k->arena_bytes, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(keys, V.ix.keys, slots * kb, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(lm, V.ix.lm, slots * 8, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(free_pages, V.free_pages, (size_t)V.n_pages * 4, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(plist, V.plist, (size_t)V.n_pages * 4, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(ts, V.ts, nt * sizeof *ts, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(&g, V.g, sizeof g, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    st = emc__cuda_fail(e, "copying the cache to the host");
+    goto done;
+  }
+  ix.keys = keys;
+  ix.lm = lm;
+  ix.stamps = NULL;
+  ix.epoch = NULL;
+  ix.n_buckets = V.ix.n_buckets;
+  ix.key_bits = V.key_bits;
+  CHK(!(g.repack_epoch & 1u) && g.lock == 0, "writer state left behind: epoch %u, lock %u",
+      g.repack_epoch, g.lock);
+  /* index entries */
+  for (i = 0; i < slots; i++) {
+    uint64_t key = emc__ix_key(&ix, i), l = lm[i], id;
+    uint32_t loc;
+    int64_t tt;
+    if (key == empty) continue;
+    if (key == tomb) {
+      tombs++;
+      continue;
+    }
+    live++;
+    loc = emc__lm_loc(l);
+    CHK(!(l & EMC__LM_BUSY), "index slot %llu: BUSY between calls", (unsigned long long)i);
+    CHK(emc__index_find(&ix, key) == (int64_t)i, "index slot %llu: key found elsewhere", (unsigned long long)i);
+    tt = emc__codec_table_of(&c->codec, key);
+    CHK(tt >= 0, "index slot %llu: key %llx under no table's code", (unsigned long long)i, (unsigned long long)key);
+    t = (uint32_t)tt;
+    if (loc & EMC__LOC_HOST) {
+      const emc__table *tb = &c->store->tables[t];
+      uint64_t r = loc & EMC__LOC_MAX;
+      host_entries++;
+      CHK(tb->kind == EMC_TABLE_HASHED && r < tb->count && !(l & EMC__LM_DIRTY) &&
+              key == emc__global_key(&c->codec.tables[t], tb->row_ids[r], c->codec.hash_seed),
+          "unified entry of table %u at slot %llu points at a wrong row", t, (unsigned long long)i);
+      continue;
+    }
+    {
+      const emc__page_layout *L = &k->tabs_host[t].L;
+      uint32_t pg = loc / V.max_slots, s = loc % V.max_slots;
+      unsigned char *page = arena + (uint64_t)pg * V.page_bytes;
+      CHK(pg < V.n_pages && s < L->n_slots, "table %u entry at slot %llu: handle %u out of range", t,
+          (unsigned long long)i, loc);
+      CHK(((emc__page_hdr *)page)->table == t, "table %u entry at slot %llu: page %u is table %u's", t,
+          (unsigned long long)i, pg, ((emc__page_hdr *)page)->table);
+      CHK(!(emc__page_bitmap(page, L)[s / 64] >> (s % 64) & 1u), "table %u entry at slot %llu: slot free",
+          t, (unsigned long long)i);
+      CHK(!(used[loc / 64] >> (loc % 64) & 1u), "slot handle %u named twice", loc);
+      used[loc / 64] |= 1ull << (loc % 64);
+      id = L->off_owner ? *emc__slot_owner(page, L, s) : emc__codec_dense_id(&c->codec, t, key);
+      CHK(key == emc__global_key(&c->codec.tables[t], id, c->codec.hash_seed),
+          "index slot %llu: key is not the global key of (%u, %llu)", (unsigned long long)i, t,
+          (unsigned long long)id);
+      page_live[pg]++;
+      bytes += L->stride;
+      dirty += (l & EMC__LM_DIRTY) != 0;
+      rows[t]++;
+    }
+  }
+  CHK(live == g.ix_live && tombs == g.ix_tomb, "index: %llu live / %llu tombs, counters %llu / %llu",
+      (unsigned long long)live, (unsigned long long)tombs, (unsigned long long)g.ix_live,
+      (unsigned long long)g.ix_tomb);
+  CHK(host_entries == g.host_entries && host_entries <= V.unified_max, "unified entries %llu, counter %llu",
+      (unsigned long long)host_entries, (unsigned long long)g.host_entries);
+  /* pages */
+  CHK(g.free_top <= V.n_pages, "free_top %u > %u pages", g.free_top, V.n_pages);
+  for (i = 0; i < g.free_top; i++) {
+    p = free_pages[i];
+    CHK(p < V.n_pages && !seen[p], "free page stack entry %llu: page %u bad or twice", (unsigned long long)i, p);
+    seen[p] = 1;
+    CHK(((emc__page_hdr *)(arena + (uint64_t)p * V.page_bytes))->table == EMC__PAGE_NONE,
+        "page %u is on the free stack but held", p);
+  }
+  {
+    uint64_t held = 0;
+    for (p = 0; p < V.n_pages; p++) {
+      emc__page_hdr *h = (emc__page_hdr *)(arena + (uint64_t)p * V.page_bytes);
+      const emc__page_layout *L;
+      uint32_t w, nfree = 0;
+      if (h->table == EMC__PAGE_NONE) {
+        CHK(seen[p], "free page %u is not on the free stack", p);
+        continue;
+      }
+      held++;
+      CHK(h->table < nt, "page %u: table %u", p, h->table);
+      L = &k->tabs_host[h->table].L;
+      for (w = 0; w < L->n_words; w++) nfree += emc__popc64(emc__page_bitmap(h, L)[w]);
+      CHK(h->n_slots == L->n_slots && h->live == page_live[p] && h->live + nfree == L->n_slots,
+          "page %u: %u entries name it, header %u live, bitmap %u free of %u", p, page_live[p], h->live,
+          nfree, L->n_slots);
+    }
+    CHK(held == g.pages_held && held + g.free_top == V.n_pages, "pages: %llu held (counter %llu) + %u free != %u",
+        (unsigned long long)held, (unsigned long long)g.pages_held, g.free_top, V.n_pages);
+  }
+  for (t = 0; t < nt; t++) {
+    uint32_t j;
+    CHK(rows[t] == ts[t].rows_cached, "table %u: %llu rows, counter %llu", t, (unsigned long long)rows[t],
+        (unsigned long long)ts[t].rows_cached);
+    CHK(ts[t].need == 0 && ts[t].allow == 0, "table %u: need %u / allow %u left over", t, ts[t].need, ts[t].allow);
+    CHK(ts[t].pl_start <= ts[t].pl_end && ts[t].pl_end <= V.n_pages &&
+            ts[t].pl_cursor <= ts[t].pl_end - ts[t].pl_start,
+        "table %u: page list [%u, %u) cursor %u", t, ts[t].pl_start, ts[t].pl_end, ts[t].pl_cursor);
+    for (j = ts[t].pl_start + ts[t].pl_cursor; j < ts[t].pl_end; j++) {
+      uint32_t q = plist[j];
+      emc__page_hdr *h = (emc__page_hdr *)(arena + (uint64_t)q * V.page_bytes);
+      /* a listed page may have filled up or gone back to the stack since the pass (then
+       * skipped by the planner), but never belong to another table */
+      CHK(q < V.n_pages && (h->table == t || h->table == EMC__PAGE_NONE),
+          "table %u: listed page %u belongs to table %u", t, q, h->table);
+    }
+    if (ts[t].cur_page != EMC_NONE32) {
+      emc__page_hdr *h = (emc__page_hdr *)(arena + (uint64_t)ts[t].cur_page * V.page_bytes);
+      CHK(ts[t].cur_page < V.n_pages && h->table == t, "table %u: current page %u is table %u's", t,
+          ts[t].cur_page, h->table);
+    }
+  }
+  CHK(bytes == g.bytes_in_use, "bytes in use %llu, slots add up to %llu", (unsigned long long)g.bytes_in_use,
+      (unsigned long long)bytes);
+  CHK(bytes <= V.high, "bytes in use %llu above t1 (%llu)", (unsigned long long)bytes, (unsigned long long)V.high);
+  CHK(dirty == g.dirty_rows, "dirty rows %llu, counter %llu", (unsigned long long)dirty,
+      (unsigned long long)g.dirty_rows);
+done:
+  pthread_mutex_unlock(&k->lock);
+  free(arena);
+  free(keys);
+  free(lm);
+  free(free_pages);
+  free(plist);
+  free(page_live);
+  free(seen);
+  free(used);
+  free(ts);
+  free(rows);
+  return st;
+}
+#undef CHK
+
+/* ================================================================= profile */
+static const char *const stage_name[PROF_N] = {"lookup", "writer(admit+evict+maint)"};
+
+void emc__cuda_prof_mark(emc__cuda_cache *k, int stage, int end, cudaStream_t st) {
+  int i = 2 * stage + end;
+  if (!k->prof) return;
+  if (!k->pev[i]) cudaEventCreate(&k->pev[i]);
+  cudaEventRecord(k->pev[i], st);
+}
+
+void emc__cuda_prof_collect(emc__cuda_cache *k) {
+  int s;
+  for (s = 0; s < PROF_N; s++) {
+    float ms = 0;
+    if (!k->pev[2 * s] || !k->pev[2 * s + 1]) continue;
+    if (cudaEventSynchronize(k->pev[2 * s + 1]) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, k->pev[2 * s], k->pev[2 * s + 1]) == cudaSuccess)
+      k->pacc[s] += ms;
+  }
+  (void)cudaGetLastError();
+  k->pcalls++;
+}
+
+void emc__cuda_prof_print(emc__cuda_cache *k) {
+  int s;
+  if (!k->pcalls) return;
+  fprintf(stderr, "emc profile: %llu lookups; device us/call:", (unsigned long long)k->pcalls);
+  for (s = 0; s < PROF_N; s++)
+    if (k->pev[2 * s]) fprintf(stderr, " %s %.1f", stage_name[s], 1000.0 * k->pacc[s] / (double)k->pcalls);
+  fprintf(stderr, "\n");
+}

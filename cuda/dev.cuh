@@ -1,0 +1,319 @@
+/*
+ * dev.cuh: what the CUDA backend's kernels share: the device views (flat, trivially copyable,
+ * passed by value), the per-call scratch layout, and small device helpers.
+ *
+ * The per-item logic (key codec, index probe and entry encoding, page layout, miss set,
+ * planning formula) is lib/emc_item.h's, the code the host backend runs and the CPU tests
+ * cover; this header only adds what is device-specific: strong relaxed loads and stores in
+ * PTX, warp-cooperative forms of the probe and the free-bit search, group copies.
+ *
+ * Stages (one file each, kernels beside their launchers; EMC_CUDA_PROFILE uses these names):
+ *   lookup   lookup.cu   the fused probe-and-copy kernel on the caller's stream
+ *   admit    admit.cu    the writer sequence: begin, plan, fill, publish, end
+ *   evict    evict.cu    the eviction pass (inside the writer sequence, when needed)
+ *   maint    maint.cu    insert, flush, index re-pack steps
+ *   check    check.cu    the white-box walk of every device structure
+ *   cache_cuda.cu        lifecycle, streams, scratch pool, the API calls
+ */
+#ifndef EMC_DEV_CUH
+#define EMC_DEV_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "internal.h"
+#include "emc_cuda.h"
+}
+
+typedef unsigned long long ull;
+
+#define EMC_NONE32 0xffffffffu
+#define EMC_WB_CELLS 65536u           /* write-back epoch cells (power of two) */
+#define EMC_INLINE_TABLES 64u         /* offsets passed in kernel parameters up to this many */
+#define EMC_REPACK_STEP 4096u         /* buckets re-packed per writer call */
+#define EMC_REPACK_CLUSTER 32u        /* longest cluster the device re-packs (buckets) */
+#define EMC_HIST 4096u                /* age histogram buckets (EMC__AGE_CLAMP / 8 calls) */
+
+/* ---------------------------------------------------------------- device state */
+/* Per-table constants (device array, read-only after create). */
+typedef struct dtab {
+  unsigned char *base;          /* device alias of the store's rows (mapped host memory) */
+  const uint64_t *map_ids;      /* hashed: device alias of the store's id map */
+  const uint64_t *map_rowp1;
+  const uint64_t *row_ids;      /* hashed: row -> id */
+  uint64_t map_cap;
+  emc__table_code code;         /* the table's key code */
+  emc__page_layout L;           /* its page layout */
+  uint32_t row_bytes, stride, kind, pad_;
+} dtab;
+
+/* Per-table writer state (device array). */
+typedef struct tstate {
+  ull rows_cached;              /* rows of the table resident now */
+  uint32_t cur_page;            /* the page new slots come from after the partial pages */
+  uint32_t pl_start, pl_end, pl_cursor; /* the table's pages with free slots in plist */
+  uint32_t pl_count, pl_fill;   /* pass scratch: partial pages counted / placed */
+  uint32_t need;                /* this writer call: rows asked for */
+  uint32_t allow;               /* ... and granted */
+  uint32_t g_first, g_n;        /* ... its grants in the call's grant array */
+  uint32_t pad_;
+} tstate;
+
+/* Global device state and counters. */
+typedef struct dglob {
+  ull hits, misses, absent, admissions, admit_skipped, evictions, writebacks, passes, retries,
+      unified, inserts;
+  ull bytes_in_use, pages_held, dirty_rows, host_entries, ix_live, ix_tomb;
+  ull bad_count, bad_pos, bad_id, bad_table;
+  ull need, cut_need, cut_taken;      /* pass state */
+  ull repack_at, repack_left, repacks;/* re-pack sweep */
+  uint32_t clock;                     /* one tick per writer call; lookups stamp with it */
+  uint32_t meta_seq;                  /* writers' meta counter (emc_item.h, "index") */
+  uint32_t wb_epoch;                  /* write-back epoch: writer calls finished */
+  uint32_t repack_epoch;              /* odd while a re-pack step runs (the index's epoch) */
+  uint32_t aged_at;                   /* clock of the last stamp aging */
+  uint32_t free_top;                  /* free page stack */
+  uint32_t lock;                      /* writer lock (captured writer sequences) */
+  uint32_t pass_active, aging, cut, repack_active, n_new_pages, n_grants, wrote_back;
+  uint32_t pad_;
+} dglob;
+
+/* Everything a kernel needs about the cache, by value. */
+typedef struct dview {
+  emc__index_view ix;           /* keys, lm, stamps, epoch (&g->repack_epoch) */
+  unsigned char *arena;
+  uint64_t page_bytes;
+  uint32_t n_pages, max_slots, n_tables, key_bits;
+  uint64_t hash_seed, high, low, unified_max;
+  const dtab *tabs;
+  tstate *ts;
+  dglob *g;
+  uint32_t *free_pages;         /* n_pages: free page stack */
+  uint32_t *plist;              /* n_pages: pages with free slots, grouped by table */
+  uint32_t *new_pages;          /* n_pages: pages this call took from the stack */
+  ull *hist;                    /* EMC_HIST */
+  uint32_t *wb_cells;           /* EMC_WB_CELLS */
+  ull *bad_mirror;              /* mapped host word: a lookup saw a bad dense id */
+} dview;
+
+/* ---------------------------------------------------------------- per-call scratch
+ * One scratch slot serves one call at a time (a lookup and the writer call after it). */
+typedef struct dmiss {
+  uint64_t id;                  /* the row's id */
+  uint32_t pos;                 /* its first position in the batch (staging row) */
+  uint32_t wb_epoch;            /* write-back epoch the staged copy was read under
+                                   (EMC_NONE32: the source is the caller's rows, always current) */
+} dmiss;
+
+typedef struct dgrant {
+  uint32_t page, count, table, rank;  /* ranks [rank, rank + count) of table's misses -> page */
+} dgrant;
+
+typedef struct dcall {
+  uint32_t *epoch;              /* device word: the miss-set epoch of the slot's current call
+                                   (never 0; the writer call after it moves it on) */
+  uint32_t n_tables;
+  uint32_t mode;                /* 0 lookup (clean admissions), 1 insert (dirty, write-through) */
+  uint64_t n;                   /* positions the scratch holds at most */
+  uint64_t *offsets;            /* n_tables + 1 */
+  uint64_t *outoff;             /* n_tables: byte offset of table t's rows in out / staging */
+  uint32_t *need;               /* n_tables: misses recorded per table (ranks) */
+  uint64_t *missset;            /* set_mask + 1 words */
+  uint64_t set_mask;
+  dmiss *misses;                /* n: table t's misses at offsets[t] + rank */
+  const unsigned char *src;     /* admission source rows, packed like out: staging or rows */
+  unsigned char *staging;       /* lookup: first occurrences of misses, packed like out */
+  dgrant *grants;               /* n + 2 * n_tables */
+  uint32_t *slot_of;            /* n: the slot handle a miss was given (EMC_NONE32: none) */
+  const uint64_t *srows;        /* insert: store row of every position */
+} dcall;
+
+/* ---------------------------------------------------------------- strong accesses
+ * Relaxed loads and stores at GPU scope: morally strong, so the fences of the reader protocol
+ * order them (lib/emc_item.h, "index"); they bypass L1, where no other SM's writes show. */
+__device__ __forceinline__ uint32_t ld_rlx(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t ld_rlx(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint16_t ld_rlx(const uint16_t *p) {
+  uint16_t v;
+  asm volatile("ld.relaxed.gpu.global.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_rlx(uint16_t *p, uint16_t v) {
+  asm volatile("st.relaxed.gpu.global.u16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
+}
+__device__ __forceinline__ void st_rlx(uint32_t *p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_rlx(uint64_t *p, uint64_t v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+/* The reader protocol's fences: the only fences of the lookup kernel (two, amortised over a
+ * tile of rows). */
+__device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+/* Row units: strong relaxed loads of 16, 8, 4 or 2 bytes (rows may be rewritten under the
+ * copy; a validated copy is one the writer did not touch). */
+__device__ __forceinline__ void ld_unit(uint4 *v, const void *p) {
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v->x), "=r"(v->y), "=r"(v->z), "=r"(v->w) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void ld_unit(uint2 *v, const void *p) {
+  asm volatile("ld.relaxed.gpu.global.v2.u32 {%0,%1}, [%2];" : "=r"(v->x), "=r"(v->y) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void ld_unit(uint32_t *v, const void *p) {
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(*v) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void ld_unit(uint16_t *v, const void *p) {
+  asm volatile("ld.relaxed.gpu.global.u16 %0, [%1];" : "=h"(*v) : "l"(p) : "memory");
+}
+template <typename U> __device__ __forceinline__ U zero_unit() { U z; memset(&z, 0, sizeof z); return z; }
+
+/* ---------------------------------------------------------------- views */
+__device__ __forceinline__ unsigned char *page_of(const dview &V, uint64_t p) {
+  return V.arena + p * V.page_bytes;
+}
+__device__ __forceinline__ emc__page_hdr *hdr_of(const dview &V, uint64_t p) {
+  return (emc__page_hdr *)page_of(V, p);
+}
+/* Key of index slot i (strong relaxed load at the view's key width). */
+__device__ __forceinline__ uint64_t ix_key(const emc__index_view &ix, uint64_t i) {
+  return ix.key_bits == 32 ? ld_rlx((const uint32_t *)ix.keys + i) : ld_rlx((const uint64_t *)ix.keys + i);
+}
+__device__ __forceinline__ uint32_t wb_cell(uint64_t key) {
+  return (uint32_t)(emc__fmix64(key ^ 0x5bd1e995ull) & (EMC_WB_CELLS - 1u));
+}
+/* Table of position i: the largest t with offsets[t] <= i (also over per-table tile starts). */
+template <typename T>
+__device__ __forceinline__ uint32_t table_of(const T *offsets, uint32_t n_tables, uint64_t i) {
+  uint32_t lo = 0, hi = n_tables;
+  while (hi - lo > 1) {
+    uint32_t mid = (lo + hi) / 2;
+    if (offsets[mid] <= i) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+#define GRID_STRIDE(i, n) \
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (uint64_t)gridDim.x * blockDim.x)
+
+static inline unsigned grid_for(uint64_t n, unsigned threads) {
+  uint64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  return (unsigned)(b > 4096u ? 4096u : b); /* grid-stride loops do the rest */
+}
+
+/* A block-wide sum of v (all threads get it). blockDim.x a multiple of 32, at most 1024. */
+__device__ __forceinline__ ull block_sum(ull v, ull *smem32) {
+  unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) smem32[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    v = lane < (blockDim.x >> 5) ? smem32[lane] : 0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (lane == 0) smem32[0] = v;
+  }
+  __syncthreads();
+  v = smem32[0];
+  __syncthreads();
+  return v;
+}
+
+/* Warp-cooperative free-bit search: the slot index of the k-th (0-based) set bit of a page's
+ * bitmap, found with one word per lane and a warp prefix of popcounts (emc__bitmap_nth is its
+ * host twin). -1 when fewer bits are set. All 32 lanes call it with the same arguments. */
+__device__ __forceinline__ int64_t warp_bitmap_nth(const uint64_t *words, uint32_t n_words, uint32_t k) {
+  unsigned lane = threadIdx.x & 31u;
+  for (uint32_t base = 0; base < n_words; base += 32) {
+    uint64_t x = base + lane < n_words ? words[base + lane] : 0;
+    uint32_t c = (uint32_t)__popcll(x), incl = c;
+    for (int o = 1; o < 32; o <<= 1) {
+      uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+      if ((int)lane >= o) incl += y;
+    }
+    uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+    if (k < total) {
+      uint32_t excl = incl - c;
+      unsigned hit = __ballot_sync(0xffffffffu, k >= excl && k < incl);
+      int src = __ffs(hit) - 1;
+      uint64_t w = __shfl_sync(0xffffffffu, x, src);
+      uint32_t kk = k - __shfl_sync(0xffffffffu, excl, src), lo = (uint32_t)w, c0 = __popc(lo);
+      uint32_t b = kk < c0 ? __fns(lo, 0, (int)kk + 1) : 32u + __fns((uint32_t)(w >> 32), 0, (int)(kk - c0) + 1);
+      return (int64_t)(base + (uint32_t)src) * 64 + b;
+    }
+    k -= total;
+  }
+  return -1;
+}
+
+/* Cooperative probe: the 8 lanes of group g = lane / 8 probe `key` (the group's key; all
+ * lanes of a group pass the same one) together, one bucket per step: each lane loads one key
+ * of the bucket (one coalesced access of the bucket), one ballot gives the match and EMPTY
+ * masks of every group, emc__probe_step judges them. Returns the key's index slot, or -1, in
+ * every lane of the group. All 32 lanes call it (inactive groups pass active = 0). */
+__device__ __forceinline__ int64_t coop_probe(const emc__index_view &ix, uint64_t key, int active) {
+  const unsigned lane = threadIdx.x & 31u, gi = lane >> 3, s = lane & 7u;
+  const uint64_t empty = emc__key_empty(ix.key_bits);
+  uint64_t b = active ? emc__home_bucket(key, ix.n_buckets) : 0;
+  int64_t found = -1;
+  for (uint64_t steps = 0;; steps++) {
+    uint64_t v = active ? ix_key(ix, b * EMC__BUCKET + s) : empty;
+    unsigned mm = __ballot_sync(0xffffffffu, active && v == key);
+    unsigned me = __ballot_sync(0xffffffffu, active && v == empty);
+    if (active) {
+      int64_t p = -1;
+      int st = emc__probe_step((mm >> (gi * 8)) & 0xffu, (me >> (gi * 8)) & 0xffu, b, &p);
+      if (st == EMC__PROBE_FOUND) found = p;
+      if (st != EMC__PROBE_NEXT || steps + 1 >= ix.n_buckets) active = 0;
+      if (++b == ix.n_buckets) b = 0;
+    }
+    if (!__any_sync(0xffffffffu, active)) break;
+  }
+  return found;
+}
+
+/* Arguments of writer-call kernels. */
+typedef struct wr_args {
+  dview V;
+  dcall C;
+} wr_args;
+
+/* ---------------------------------------------------------------- launchers (one per stage)
+ * Every launcher enqueues on `st` and returns cudaGetLastError(). */
+typedef struct emc__cuda_cache emc__cuda_cache;
+/* The cache's device view and re-pack marks buffer (cache_cuda.cu). */
+const dview *emc__cuda_view(const emc__cuda_cache *k);
+uint8_t *emc__cuda_repack_marks(const emc__cuda_cache *k);
+/* Host copy of table t's constants. */
+const dtab *emc__cuda_tab_host(const emc__cuda_cache *k, uint32_t t);
+/* Writer calls: lock (take the device writer lock, tick the clock), then optional work that
+ * records misses (inserts), then demand (decide pass and re-pack on the device), then evict,
+ * admit, repack, end (release). */
+cudaError_t emc__cu_wr_lock(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+cudaError_t emc__cu_wr_end(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+/* The lookup kernel. tiles_d / pinned: the slot's device array and pinned host buffer for
+ * the per-table arrays when there are more than EMC_INLINE_TABLES tables. */
+cudaError_t emc__cu_lookup(const emc__cuda_cache *k, const dcall *C, uint32_t *tiles_d,
+                           uint64_t *pinned, const uint64_t *ids, const uint64_t *offs_h,
+                           unsigned char *out, uint8_t *where, uint64_t n, int sm_count,
+                           cudaStream_t st);
+cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st);
+cudaError_t emc__cu_repack(const emc__cuda_cache *k, cudaStream_t st);
+cudaError_t emc__cu_insert_update(const emc__cuda_cache *k, const dcall *C, const uint32_t *upos,
+                                  uint64_t n_unique, const uint64_t *ids, cudaStream_t st);
+cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st);
+cudaError_t emc__cu_init(const emc__cuda_cache *k, cudaStream_t st);
+
+#endif /* EMC_DEV_CUH */

@@ -1,0 +1,272 @@
+/*
+ * evict.cu: the eviction stage (approximate LRU between t1 and t2) and its launcher.
+ *
+ * Decided on the device by the writer call's begin kernel (admit.cu): a pass runs when the
+ * bytes in use plus the call's demand would pass t1 (g->pass_active), and a stamp-aging scan
+ * when EMC__AGE_CLAMP / 2 clock ticks went by without one (g->aging). Every kernel here
+ * returns at once when neither holds.
+ *   hist     a thread per index slot: each live pool entry's age (clock - stamp, 16 bits,
+ *            clamped to EMC__AGE_CLAMP, the stamp rewritten when clamped) into a histogram of
+ *            EMC_HIST buckets of 8 ticks, weighted by the row's stride (block histograms in
+ *            shared memory, then one atomic per non-empty bucket)
+ *   cut      (1 thread) from the oldest bucket down: the bucket where the bytes reach the need
+ *   sweep    a thread per index slot: entries older than the cut bucket go, and entries of the
+ *            cut bucket while the cut's share lasts; entries stamped at the current tick stay.
+ *            A dirty row is written back first (its write-back cell bumped, then the row, then
+ *            a system fence); the entry becomes a unified-index entry (hashed rows, while the
+ *            budget lasts) or goes (BUSY lm, then EMPTY or TOMB: EMPTY when its bucket already
+ *            holds an EMPTY slot); then the slot's bit is set in its page's bitmap. Readers
+ *            copying such a row meanwhile fail their validation and probe again.
+ *   pages    a thread per page: empty pages go back to the free stack; pages with free slots
+ *            are counted per table
+ *   lists    (1 block) each table's segment of the list of pages with free slots
+ *   scatter  a thread per page: the pages with free slots into their table's segment
+ * Unified entries of earlier passes are dropped, all at once, by the hist kernel when the
+ * unified index is three-quarters full.
+ */
+#include "dev.cuh"
+
+__device__ __forceinline__ int pass_on(const dview &V) { return V.g->pass_active || V.g->aging; }
+
+/* The live pool entry at index slot i: its lm (0 when none). */
+__device__ __forceinline__ uint64_t pool_entry(const dview &V, uint64_t i, uint64_t *key) {
+  uint64_t k = ix_key(V.ix, i), lm;
+  if (k == emc__key_empty(V.key_bits) || k == emc__key_tomb(V.key_bits)) return 0;
+  lm = V.ix.lm[i];
+  if (emc__lm_loc(lm) & EMC__LOC_HOST) return 0;
+  *key = k;
+  return lm;
+}
+
+/* Remove the entry at index slot i: BUSY lm, then EMPTY (its bucket keeps an EMPTY slot) or
+ * TOMB. Returns 1 for a tombstone. */
+__device__ __forceinline__ int remove_entry(const dview &V, uint64_t i) {
+  uint64_t b = i / EMC__BUCKET, empty = emc__key_empty(V.key_bits);
+  int has_empty = 0;
+  atomicExch((ull *)&V.ix.lm[i], (ull)EMC__LM_FREE);
+  __threadfence();
+  for (unsigned s = 0; s < EMC__BUCKET; s++) has_empty |= ix_key(V.ix, b * EMC__BUCKET + s) == empty;
+  if (V.key_bits == 32)
+    atomicExch((uint32_t *)V.ix.keys + i, (uint32_t)(has_empty ? empty : emc__key_tomb(32)));
+  else
+    atomicExch((ull *)V.ix.keys + i, (ull)(has_empty ? empty : emc__key_tomb(64)));
+  __threadfence(); /* before the slot can be reused */
+  return !has_empty;
+}
+
+__global__ void __launch_bounds__(256) k_ev_hist(const __grid_constant__ dview V) {
+  __shared__ ull h[EMC_HIST];
+  dglob *g = V.g;
+  const uint32_t now = g->clock;
+  const int active = g->pass_active;
+  const int drop_unified = active && g->host_entries > 0 &&
+                           g->host_entries >= V.unified_max - V.unified_max / 4;
+  ull dropped = 0, tombs = 0;
+  if (!pass_on(V)) return;
+  for (uint32_t i = threadIdx.x; i < EMC_HIST; i += blockDim.x) h[i] = 0;
+  __syncthreads();
+  GRID_STRIDE(i, V.ix.n_buckets * EMC__BUCKET) {
+    uint64_t k = ix_key(V.ix, i), lm;
+    uint32_t age;
+    if (k == emc__key_empty(V.key_bits) || k == emc__key_tomb(V.key_bits)) continue;
+    lm = V.ix.lm[i];
+    if (emc__lm_loc(lm) & EMC__LOC_HOST) {
+      if (drop_unified) {
+        tombs += remove_entry(V, i);
+        dropped++;
+      }
+      continue;
+    }
+    age = emc__stamp_age(now, V.ix.stamps[i]);
+    if (age > EMC__AGE_CLAMP) {
+      age = EMC__AGE_CLAMP;
+      V.ix.stamps[i] = emc__stamp_of(now - EMC__AGE_CLAMP);
+    }
+    if (active) {
+      uint32_t t = hdr_of(V, emc__lm_loc(lm) / V.max_slots)->table;
+      uint32_t b = age / (EMC__AGE_CLAMP / EMC_HIST);
+      atomicAdd(&h[b < EMC_HIST ? b : EMC_HIST - 1], (ull)V.tabs[t].stride);
+    }
+  }
+  if (dropped) {
+    atomicAdd(&g->host_entries, (ull)0 - dropped);
+    atomicAdd(&g->ix_live, (ull)0 - dropped);
+    if (tombs) atomicAdd(&g->ix_tomb, tombs);
+  }
+  __syncthreads();
+  if (active)
+    for (uint32_t i = threadIdx.x; i < EMC_HIST; i += blockDim.x)
+      if (h[i]) atomicAdd(&V.hist[i], h[i]);
+}
+
+__global__ void k_ev_cut(const __grid_constant__ dview V) {
+  dglob *g = V.g;
+  ull acc = 0;
+  uint32_t b;
+  if (!g->pass_active) return;
+  for (b = EMC_HIST; b-- > 0;) {
+    if (acc + V.hist[b] >= g->need) break;
+    acc += V.hist[b];
+  }
+  if (b >= EMC_HIST) b = 0;
+  g->cut = b;               /* buckets > cut go whole; bucket cut while its share lasts */
+  g->cut_need = g->need - acc;
+}
+
+__global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview V) {
+  dglob *g = V.g;
+  const uint32_t now = g->clock, cut = g->cut;
+  const ull cut_need = g->cut_need;
+  ull freed = 0, ev = 0, wb = 0, dirty_gone = 0, live_gone = 0, tombs = 0, unified = 0;
+  if (!g->pass_active) return;
+  GRID_STRIDE(i, V.ix.n_buckets * EMC__BUCKET) {
+    uint64_t key = 0, lm = pool_entry(V, i, &key);
+    uint32_t age, b, loc, p, s, t;
+    const dtab *tb;
+    unsigned char *pg;
+    int64_t row = -1;
+    if (!lm) continue;
+    age = emc__stamp_age(now, V.ix.stamps[i]);
+    if (age == 0) continue; /* touched at this tick: stays */
+    if (age > EMC__AGE_CLAMP) age = EMC__AGE_CLAMP;
+    b = age / (EMC__AGE_CLAMP / EMC_HIST);
+    if (b >= EMC_HIST) b = EMC_HIST - 1;
+    loc = emc__lm_loc(lm);
+    p = loc / V.max_slots;
+    s = loc % V.max_slots;
+    t = hdr_of(V, p)->table;
+    tb = &V.tabs[t];
+    if (b < cut) continue;
+    if (b == cut && atomicAdd(&g->cut_taken, (ull)tb->stride) >= cut_need) continue;
+    pg = page_of(V, p);
+    /* 1. a dirty row reaches the store before its entry goes */
+    if (lm & EMC__LM_DIRTY) {
+      uint64_t id = tb->L.off_owner ? *emc__slot_owner(pg, &tb->L, s) : emc__unmix(key & tb->code.fmask, tb->code.fbits);
+      int64_t r = tb->kind == EMC_TABLE_DENSE ? (int64_t)id
+                                              : emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
+      atomicMax(&V.wb_cells[wb_cell(key)], g->wb_epoch + 1u);
+      g->wrote_back = 1;
+      __threadfence();
+      if (r >= 0) emc__row_store(tb->base + (uint64_t)r * tb->stride, emc__slot_row(pg, &tb->L, s), tb->row_bytes);
+      __threadfence_system();
+      wb++;
+      dirty_gone++;
+    }
+    /* 2. the entry: a unified-index entry to the store row (hashed), or gone */
+    if (tb->kind == EMC_TABLE_HASHED && V.unified_max > 0) {
+      if (atomicAdd(&g->host_entries, 1ull) < V.unified_max) {
+        row = emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, *emc__slot_owner(pg, &tb->L, s));
+        if (row < 0 || (uint64_t)row > EMC__LOC_MAX) {
+          row = -1;
+          atomicAdd(&g->host_entries, ~0ull);
+        }
+      } else {
+        atomicAdd(&g->host_entries, ~0ull);
+      }
+    }
+    if (row >= 0) {
+      uint32_t meta = atomicAdd(&g->meta_seq, EMC__META_STEP) + EMC__META_STEP;
+      atomicExch((ull *)&V.ix.lm[i], (ull)emc__lm_make(EMC__LOC_HOST | (uint32_t)row, meta & ~7u));
+      __threadfence();
+      unified++;
+    } else {
+      tombs += remove_entry(V, i);
+      live_gone++;
+    }
+    /* 3. the slot is free */
+    atomicOr((ull *)&emc__page_bitmap(pg, &tb->L)[s / 64], 1ull << (s % 64));
+    atomicSub(&hdr_of(V, p)->live, 1u);
+    atomicAdd(&V.ts[t].rows_cached, ~0ull);
+    freed += tb->stride;
+    ev++;
+  }
+  if (ev) {
+    atomicAdd(&g->bytes_in_use, (ull)0 - freed);
+    atomicAdd(&g->evictions, ev);
+    if (wb) atomicAdd(&g->writebacks, wb);
+    if (dirty_gone) atomicAdd(&g->dirty_rows, (ull)0 - dirty_gone);
+    if (live_gone) atomicAdd(&g->ix_live, (ull)0 - live_gone);
+    if (tombs) atomicAdd(&g->ix_tomb, tombs);
+  }
+  (void)unified;
+}
+
+/* Empty pages back to the free stack; pages with free slots counted per table. */
+__global__ void __launch_bounds__(256) k_ev_pages(const __grid_constant__ dview V) {
+  if (!V.g->pass_active) return;
+  GRID_STRIDE(p, V.n_pages) {
+    emc__page_hdr *h = hdr_of(V, p);
+    uint32_t t = h->table;
+    if (t == EMC__PAGE_NONE) continue;
+    if (h->live == 0) {
+      h->table = EMC__PAGE_NONE;
+      h->gen++;
+      V.free_pages[atomicAdd(&V.g->free_top, 1u)] = (uint32_t)p;
+      atomicAdd(&V.g->pages_held, ~0ull);
+    } else if (h->live < V.tabs[t].L.n_slots) {
+      atomicAdd(&V.ts[t].pl_count, 1u);
+    }
+  }
+}
+
+/* Per-table segments of the page list (an exclusive scan of the counts); current pages go. */
+__global__ void __launch_bounds__(1024) k_ev_lists(const __grid_constant__ dview V) {
+  __shared__ ull red[32], carry;
+  if (!V.g->pass_active) return;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (uint32_t t0 = 0; t0 < V.n_tables; t0 += blockDim.x) {
+    uint32_t t = t0 + threadIdx.x, lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    ull mine = t < V.n_tables ? V.ts[t].pl_count : 0, incl = mine;
+    for (int o = 1; o < 32; o <<= 1) {
+      ull y = __shfl_up_sync(0xffffffffu, incl, o);
+      if ((int)lane >= o) incl += y;
+    }
+    if (lane == 31) red[w] = incl;
+    __syncthreads();
+    if (w == 0) {
+      ull v = lane < (blockDim.x >> 5) ? red[lane] : 0, vi = v;
+      for (int o = 1; o < 32; o <<= 1) {
+        ull y = __shfl_up_sync(0xffffffffu, vi, o);
+        if ((int)lane >= o) vi += y;
+      }
+      if (lane < (blockDim.x >> 5)) red[lane] = vi - v;
+    }
+    __syncthreads();
+    if (t < V.n_tables) {
+      tstate *ts = &V.ts[t];
+      ts->pl_start = (uint32_t)(carry + red[w] + incl - mine);
+      ts->pl_end = ts->pl_start + ts->pl_count;
+      ts->pl_cursor = 0;
+      ts->pl_fill = 0;
+      ts->pl_count = 0;
+      ts->cur_page = EMC_NONE32; /* its free slots are on the list now */
+    }
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry += red[w] + incl;
+    __syncthreads();
+  }
+  for (uint32_t i = threadIdx.x; i < EMC_HIST; i += blockDim.x) V.hist[i] = 0;
+}
+
+__global__ void __launch_bounds__(256) k_ev_scatter(const __grid_constant__ dview V) {
+  if (!V.g->pass_active) return;
+  GRID_STRIDE(p, V.n_pages) {
+    emc__page_hdr *h = hdr_of(V, p);
+    uint32_t t = h->table;
+    if (t == EMC__PAGE_NONE || h->live >= V.tabs[t].L.n_slots) continue;
+    V.plist[V.ts[t].pl_start + atomicAdd(&V.ts[t].pl_fill, 1u)] = (uint32_t)p;
+  }
+}
+
+cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st) {
+  const dview &V = *emc__cuda_view(k);
+  uint64_t slots = V.ix.n_buckets * EMC__BUCKET;
+  k_ev_hist<<<grid_for(slots, 256), 256, 0, st>>>(V);
+  k_ev_cut<<<1, 1, 0, st>>>(V);
+  k_ev_sweep<<<grid_for(slots, 256), 256, 0, st>>>(V);
+  k_ev_pages<<<grid_for(V.n_pages, 256), 256, 0, st>>>(V);
+  k_ev_lists<<<1, 1024, 0, st>>>(V);
+  k_ev_scatter<<<grid_for(V.n_pages, 256), 256, 0, st>>>(V);
+  return cudaGetLastError();
+}
