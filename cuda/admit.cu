@@ -47,11 +47,11 @@ __global__ void k_wr_lock(const __grid_constant__ wr_args A) {
   g->repack_active = 0;
 }
 
-__global__ void __launch_bounds__(1024) k_wr_demand(const __grid_constant__ wr_args A) {
+__global__ void __launch_bounds__(EMC_WR_THREADS) k_wr_demand(const __grid_constant__ wr_args A) {
   const dview &V = A.V;
   const dcall &C = A.C;
   dglob *g = V.g;
-  __shared__ ull red[32];
+  __shared__ typename emc_block_reduce::TempStorage red;
   ull demand = 0;
   for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
     uint32_t need = C.need ? C.need[t] : 0;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(1024) k_wr_demand(const __grid_constant__ wr_a
     V.ts[t].g_n = 0;
     demand += (ull)need * V.tabs[t].stride;
   }
-  demand = block_sum(demand, red);
+  demand = emc_block_reduce(red).Sum(demand);
   if (threadIdx.x == 0) {
     ull total = g->bytes_in_use + demand;
     g->pass_active = total > V.high;
@@ -132,48 +132,25 @@ __device__ void grant_table(const dview &V, const dcall &C, uint32_t t) {
   ts->g_n = gi;
 }
 
-__global__ void __launch_bounds__(1024) k_plan(const __grid_constant__ wr_args A) {
+__global__ void __launch_bounds__(EMC_WR_THREADS) k_plan(const __grid_constant__ wr_args A) {
   const dview &V = A.V;
   const dcall &C = A.C;
   dglob *g = V.g;
-  __shared__ ull red[32], carry;
-  ull room = g->bytes_in_use < V.high ? V.high - g->bytes_in_use : 0, skipped = 0;
-  if (threadIdx.x == 0) carry = 0;
+  __shared__ typename emc_block_reduce::TempStorage red;
+  const ull room = g->bytes_in_use < V.high ? V.high - g->bytes_in_use : 0;
+  ull skipped = 0;
+  /* allow_t = min(need_t, (room - prefix_t) / stride_t), prefix_t over the tables before t:
+   * one block-wide scan */
+  table_scan(V.n_tables, [&](uint32_t t) { return (ull)V.ts[t].need * V.tabs[t].stride; },
+             [&](uint32_t t, ull prefix, ull) {
+               V.ts[t].allow = emc__plan_allow(room, prefix, V.ts[t].need, V.tabs[t].stride);
+             });
   __syncthreads();
-  /* allow_t = min(need_t, (room - prefix_t) / stride_t): a block-wide scan over tables, in
-   * chunks of blockDim.x tables (warp scans, then a scan of the warp totals) */
-  for (uint32_t t0 = 0; t0 < V.n_tables; t0 += blockDim.x) {
-    uint32_t t = t0 + threadIdx.x, lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
-    ull mine = t < V.n_tables ? (ull)V.ts[t].need * V.tabs[t].stride : 0, incl = mine;
-    for (int o = 1; o < 32; o <<= 1) {
-      ull y = __shfl_up_sync(0xffffffffu, incl, o);
-      if ((int)lane >= o) incl += y;
-    }
-    if (lane == 31) red[w] = incl;
-    __syncthreads();
-    if (w == 0) {
-      ull v = lane < (blockDim.x >> 5) ? red[lane] : 0, vi = v;
-      for (int o = 1; o < 32; o <<= 1) {
-        ull y = __shfl_up_sync(0xffffffffu, vi, o);
-        if ((int)lane >= o) vi += y;
-      }
-      if (lane < (blockDim.x >> 5)) red[lane] = vi - v; /* exclusive warp offsets */
-    }
-    __syncthreads();
-    if (t < V.n_tables) {
-      ull prefix = carry + red[w] + incl - mine;
-      uint32_t allow = emc__plan_allow(room, prefix, V.ts[t].need, V.tabs[t].stride);
-      V.ts[t].allow = allow;
-    }
-    __syncthreads();
-    if (threadIdx.x == blockDim.x - 1) carry += red[w] + incl;
-    __syncthreads();
-  }
   for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
     if (V.ts[t].allow > 0) grant_table(V, C, t);
     skipped += V.ts[t].need - V.ts[t].allow;
   }
-  skipped = block_sum(skipped, red);
+  skipped = emc_block_reduce(red).Sum(skipped);
   if (threadIdx.x == 0 && C.mode == 0 && skipped) g->admit_skipped += skipped;
 }
 
@@ -416,13 +393,13 @@ cudaError_t emc__cu_wr_lock(const emc__cuda_cache *k, const dcall *C, cudaStream
 }
 
 cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
-  k_wr_demand<<<1, 1024, 0, st>>>(args_of(k, C));
+  k_wr_demand<<<1, EMC_WR_THREADS, 0, st>>>(args_of(k, C));
   return cudaGetLastError();
 }
 
 cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
   wr_args A = args_of(k, C);
-  k_plan<<<1, 1024, 0, st>>>(A);
+  k_plan<<<1, EMC_WR_THREADS, 0, st>>>(A);
   k_page_init<<<64, 256, 0, st>>>(A);
   k_admit_fill<<<grid_for(C->n * 32, 256), 256, 0, st>>>(A);
   k_admit_publish<<<grid_for(C->n, 256), 256, 0, st>>>(A);

@@ -584,6 +584,9 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   return EMC_OK;
 cuda:
   status = emc__cuda_fail(e, "enqueueing a lookup");
+  /* the slot may hold this call's misses with no writer call to consume them: its buffers are
+   * made afresh (zeroed) before it serves again */
+  if (S && !S->captured) S->C.n = 0;
 done:
   pthread_mutex_unlock(&k->lock);
   return status;
@@ -726,7 +729,10 @@ extern "C" emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const 
   return status;
 cuda:
   status = emc__cuda_fail(e, "enqueueing an insert");
-  if (S) cudaStreamSynchronize(st); /* the copies may still read the host buffers */
+  if (S) {
+    cudaStreamSynchronize(st); /* the copies may still read the host buffers */
+    S->C.n = 0;                /* made afresh before it serves again (see lookup) */
+  }
 done:
   pthread_mutex_unlock(&k->lock);
   free(ids_h);

@@ -21,6 +21,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/warp/warp_scan.cuh>
+
 extern "C" {
 #include "internal.h"
 #include "emc_cuda.h"
@@ -211,22 +215,28 @@ static inline unsigned grid_for(uint64_t n, unsigned threads) {
   return (unsigned)(b > 4096u ? 4096u : b); /* grid-stride loops do the rest */
 }
 
-/* A block-wide sum of v (all threads get it). blockDim.x a multiple of 32, at most 1024. */
-__device__ __forceinline__ ull block_sum(ull v, ull *smem32) {
-  unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+/* Block-wide primitives of the writer kernels (CUB), for blocks of EMC_WR_THREADS threads. */
+#define EMC_WR_THREADS 1024
+typedef cub::BlockReduce<ull, EMC_WR_THREADS> emc_block_reduce;
+typedef cub::BlockScan<ull, EMC_WR_THREADS> emc_block_scan;
+
+/* Exclusive prefix sums over per-table values in chunks of EMC_WR_THREADS (tables in order):
+ * calls f(t, prefix_t, value_t) for every table t < n. All threads of the block call it. */
+template <typename Value, typename F>
+__device__ __forceinline__ void table_scan(uint32_t n, Value value, F f) {
+  __shared__ typename emc_block_scan::TempStorage tmp;
+  __shared__ ull carry;
+  if (threadIdx.x == 0) carry = 0;
   __syncthreads();
-  if (lane == 0) smem32[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = lane < (blockDim.x >> 5) ? smem32[lane] : 0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if (lane == 0) smem32[0] = v;
+  for (uint32_t t0 = 0; t0 < n; t0 += EMC_WR_THREADS) {
+    uint32_t t = t0 + threadIdx.x;
+    ull mine = t < n ? (ull)value(t) : 0, excl, total;
+    emc_block_scan(tmp).ExclusiveSum(mine, excl, total);
+    if (t < n) f(t, carry + excl, mine);
+    __syncthreads();
+    if (threadIdx.x == 0) carry += total;
+    __syncthreads();
   }
-  __syncthreads();
-  v = smem32[0];
-  __syncthreads();
-  return v;
 }
 
 /* Warp-cooperative free-bit search: the slot index of the k-th (0-based) set bit of a page's
@@ -235,13 +245,10 @@ __device__ __forceinline__ ull block_sum(ull v, ull *smem32) {
 __device__ __forceinline__ int64_t warp_bitmap_nth(const uint64_t *words, uint32_t n_words, uint32_t k) {
   unsigned lane = threadIdx.x & 31u;
   for (uint32_t base = 0; base < n_words; base += 32) {
+    __shared__ typename cub::WarpScan<uint32_t>::TempStorage scan[8]; /* 8 warps a block */
     uint64_t x = base + lane < n_words ? words[base + lane] : 0;
-    uint32_t c = (uint32_t)__popcll(x), incl = c;
-    for (int o = 1; o < 32; o <<= 1) {
-      uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
-      if ((int)lane >= o) incl += y;
-    }
-    uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+    uint32_t c = (uint32_t)__popcll(x), incl, total;
+    cub::WarpScan<uint32_t>(scan[(threadIdx.x >> 5) & 7u]).InclusiveSum(c, incl, total);
     if (k < total) {
       uint32_t excl = incl - c;
       unsigned hit = __ballot_sync(0xffffffffu, k >= excl && k < incl);

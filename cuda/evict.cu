@@ -210,42 +210,18 @@ __global__ void __launch_bounds__(256) k_ev_pages(const __grid_constant__ dview 
 }
 
 /* Per-table segments of the page list (an exclusive scan of the counts); current pages go. */
-__global__ void __launch_bounds__(1024) k_ev_lists(const __grid_constant__ dview V) {
-  __shared__ ull red[32], carry;
+__global__ void __launch_bounds__(EMC_WR_THREADS) k_ev_lists(const __grid_constant__ dview V) {
   if (!V.g->pass_active) return;
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (uint32_t t0 = 0; t0 < V.n_tables; t0 += blockDim.x) {
-    uint32_t t = t0 + threadIdx.x, lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
-    ull mine = t < V.n_tables ? V.ts[t].pl_count : 0, incl = mine;
-    for (int o = 1; o < 32; o <<= 1) {
-      ull y = __shfl_up_sync(0xffffffffu, incl, o);
-      if ((int)lane >= o) incl += y;
-    }
-    if (lane == 31) red[w] = incl;
-    __syncthreads();
-    if (w == 0) {
-      ull v = lane < (blockDim.x >> 5) ? red[lane] : 0, vi = v;
-      for (int o = 1; o < 32; o <<= 1) {
-        ull y = __shfl_up_sync(0xffffffffu, vi, o);
-        if ((int)lane >= o) vi += y;
-      }
-      if (lane < (blockDim.x >> 5)) red[lane] = vi - v;
-    }
-    __syncthreads();
-    if (t < V.n_tables) {
-      tstate *ts = &V.ts[t];
-      ts->pl_start = (uint32_t)(carry + red[w] + incl - mine);
-      ts->pl_end = ts->pl_start + ts->pl_count;
-      ts->pl_cursor = 0;
-      ts->pl_fill = 0;
-      ts->pl_count = 0;
-      ts->cur_page = EMC_NONE32; /* its free slots are on the list now */
-    }
-    __syncthreads();
-    if (threadIdx.x == blockDim.x - 1) carry += red[w] + incl;
-    __syncthreads();
-  }
+  table_scan(V.n_tables, [&](uint32_t t) { return (ull)V.ts[t].pl_count; },
+             [&](uint32_t t, ull prefix, ull count) {
+               tstate *ts = &V.ts[t];
+               ts->pl_start = (uint32_t)prefix;
+               ts->pl_end = (uint32_t)(prefix + count);
+               ts->pl_cursor = 0;
+               ts->pl_fill = 0;
+               ts->pl_count = 0;
+               ts->cur_page = EMC_NONE32; /* its free slots are on the list now */
+             });
   for (uint32_t i = threadIdx.x; i < EMC_HIST; i += blockDim.x) V.hist[i] = 0;
 }
 
@@ -266,7 +242,7 @@ cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st) {
   k_ev_cut<<<1, 1, 0, st>>>(V);
   k_ev_sweep<<<grid_for(slots, 256), 256, 0, st>>>(V);
   k_ev_pages<<<grid_for(V.n_pages, 256), 256, 0, st>>>(V);
-  k_ev_lists<<<1, 1024, 0, st>>>(V);
+  k_ev_lists<<<1, EMC_WR_THREADS, 0, st>>>(V);
   k_ev_scatter<<<grid_for(V.n_pages, 256), 256, 0, st>>>(V);
   return cudaGetLastError();
 }

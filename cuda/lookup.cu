@@ -28,7 +28,7 @@
 #include "dev.cuh"
 
 enum { K_HIT = 1, K_UNI = 2, K_MISS = 3, K_ABSENT = 4, K_BAD = 5, K_BUSY = 6 };
-#define F_STAGE 1u    /* first occurrence of a miss: also to staging */
+#define F_STAGE 1u    /* first occurrence of a miss: also to staging (kept across retries) */
 #define F_NOCACHE 2u  /* the key belongs to another id: straight to the store, never admitted */
 #define F_FROMIX 4u   /* a miss judged from an index probe: trust it only if the epoch held */
 
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
       uint32_t active = __ballot_sync(0xffffffffu, lane < nrows && !done);
       if (lane < nrows && !done) {
         if (kind != K_BAD) kind = 0;
-        fl &= F_NOCACHE;
+        fl &= F_NOCACHE | F_STAGE; /* a staged row is staged again by every attempt: the
+                                      last, validated one is what admission reads */
         pos = -1;
       }
       /* four rows at a time, 8 lanes each */
@@ -319,7 +320,6 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
           if (kind == K_HIT && ld_rlx(&V.ix.stamps[pos]) != now16) st_rlx(&V.ix.stamps[pos], now16);
         } else {
           c_retry++;
-          fl &= ~F_STAGE;
         }
       }
       /* ---------------------------------------------- next tile, once this one is done */

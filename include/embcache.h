@@ -27,27 +27,37 @@
  *   store may only be changed through that cache (write/fill return EMC_EUNSUPPORTED).
  *   emc_cache: emc_lookup, emc_lookup_ex, emc_insert, emc_flush and emc_get_stats may be
  *   called concurrently from any number of threads. Host backend: lookups never block on a
- *   lock: they read optimistically and validate versions; admission of their misses is
- *   skipped when another thread holds the cache's writer lock.
+ *   lock: they read optimistically and validate each row against its index entry's version;
+ *   admission of their misses is skipped when another thread holds the cache's writer lock.
  *
  * CUDA backend (EMC_BACKEND_CUDA, or AUTO where a device answers)
  *   Memory spaces: ids, out, where and rows may be device memory (cudaMalloc, managed, or
  *   mapped pinned host memory), which is the fast path, or ordinary host memory, which is
  *   staged through device buffers and makes the call wait for its stream. offsets should be a
  *   host array (n_tables + 1 small integers): device offsets cost one small copy to the host
- *   and a wait on the stream.
- *   Streams: every call is enqueued on `stream` (a cudaStream_t; NULL = the default stream)
- *   and returns without waiting for the device unless a host buffer has to be filled; calls
- *   of one cache are ordered on the device one after another (an event chain), whatever
- *   streams or threads they come from. Read `out` after synchronizing `stream`.
+ *   and a wait on the stream (and cannot be used while the stream is being captured). Whether
+ *   a pointer is device-accessible is asked of CUDA once per address and remembered for the
+ *   most recent few: pass buffers you keep, not memory freed and reused as another kind.
+ *   Streams: a lookup is one kernel on `stream` (a cudaStream_t; NULL = the default stream)
+ *   plus an event record, and returns without waiting for the device unless a host buffer has
+ *   to be filled: lookups from any number of streams and threads run on the device at once.
+ *   Read `out` after synchronizing `stream`. Every change to the cache (admitting a lookup's
+ *   misses, eviction, emc_insert, emc_flush) runs on the cache's own writer stream, one after
+ *   another, beside the lookups; a lookup's misses are admitted there after it, asynchronously,
+ *   so the next lookup of the same rows may still miss. Readers validate every row they copy
+ *   (lib/emc_item.h): a lookup never returns a torn row or another key's row.
+ *   Graphs: lookups can be captured into a CUDA graph; the writer call that admits the
+ *   captured lookup's misses is captured behind it (ordered with the writer stream's calls by
+ *   a device-side lock when the graph runs). Each captured lookup keeps a scratch buffer of
+ *   its own until the cache is destroyed; run the graph only while the cache lives.
  *   Store rows: the store's row memory is registered and mapped: the device reads missing
  *   rows from host memory directly and writes dirty rows back there. emc_store_read of an
  *   attached store sees written-back rows once emc_flush (which waits) has returned.
  *   Dense ids out of range: with host ids, EMC_ERANGE before anything changes (as on the
  *   host backend); with device ids the check runs on the device: the position reads a zero
  *   row (where: EMC_WHERE_ABSENT) and the next emc_flush returns EMC_ERANGE naming it.
- *   emc_insert reads the ids on the host (validation, store rows for new hashed ids) and
- *   waits for its stream.
+ *   emc_insert reads the ids on the host (validation, store rows for new hashed ids, the last
+ *   of duplicate ids) and waits for its writer call to finish.
  */
 #ifndef EMBCACHE_H
 #define EMBCACHE_H

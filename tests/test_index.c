@@ -15,8 +15,8 @@
  *   miss set   emc__missset_insert: the first occurrence of each key in an epoch is reported
  *              exactly once (one thread, and 4 threads racing on the same keys), words of
  *              older epochs count as empty, a full set refuses
- *   planner    emc__plan_allow computed as the device does (a block-wide scan over tables in
- *              chunks of 1024, warp scans of 32) against the sequential definition
+ *   planner    emc__plan_allow computed as the device does (an exclusive block scan over
+ *              tables in chunks, a carry between chunks) against the sequential definition
  *   entry word emc__lm_same: BUSY never validates, DIRTY / PINNED may change, loc and counter
  *              may not
  */
@@ -388,34 +388,24 @@ START_TEST(missset_racing_threads) {
 END_TEST
 
 /* ------------------------------------------------------------------ planner */
-/* Twin of k_plan's block-wide scan (admit.cu): tables in chunks of `block` threads, warp
- * inclusive scans of 32, an exclusive scan of the warp totals, a carry between chunks. */
+/* Twin of k_plan's planning (admit.cu, dev.cuh table_scan): tables in chunks of `block`, an
+ * exclusive prefix of need * stride inside each chunk (the block scan), a carry between
+ * chunks, and emc__plan_allow on each table's prefix. */
 static void plan_twin(uint32_t n, const uint32_t *need, const uint32_t *stride, uint64_t room,
                       uint32_t block, uint32_t *allow) {
-  uint64_t carry = 0, *incl = malloc(block * 8), *mine = malloc(block * 8), red[32];
+  uint64_t carry = 0;
   uint32_t t0;
-  ck_assert(incl && mine);
   for (t0 = 0; t0 < n; t0 += block) {
-    uint32_t i, w, nw = block / 32;
-    for (i = 0; i < block; i++) {
+    uint64_t excl = 0, total = 0;
+    uint32_t i;
+    for (i = 0; i < block; i++) total += t0 + i < n ? (uint64_t)need[t0 + i] * stride[t0 + i] : 0;
+    for (i = 0; i < block && t0 + i < n; i++) {
       uint32_t t = t0 + i;
-      mine[i] = t < n ? (uint64_t)need[t] * stride[t] : 0;
-      incl[i] = mine[i] + (i % 32 ? incl[i - 1] : 0);
+      allow[t] = emc__plan_allow(room, carry + excl, need[t], stride[t]);
+      excl += (uint64_t)need[t] * stride[t];
     }
-    for (w = 0; w < nw; w++) red[w] = incl[w * 32 + 31];
-    for (w = 0; w < nw; w++) { /* exclusive */
-      uint64_t v = red[w];
-      red[w] = w ? red[w - 1] + incl[(w - 1) * 32 + 31] : 0;
-      (void)v;
-    }
-    for (i = 0; i < block; i++) {
-      uint32_t t = t0 + i;
-      if (t < n) allow[t] = emc__plan_allow(room, carry + red[i / 32] + incl[i] - mine[i], need[t], stride[t]);
-    }
-    carry += red[nw - 1] + incl[block - 1];
+    carry += total;
   }
-  free(incl);
-  free(mine);
 }
 
 START_TEST(planner_scan) {
