@@ -79,6 +79,17 @@ EMC_API unsigned emc_version(void);
 /* Runtime version string of the linked library ("0.1.0"); static storage. */
 EMC_API const char *emc_version_string(void);
 
+/* Which allocator serves the library's big host allocations (store rows, hashed-table maps,
+ * the host backend's pools and index), as static text that starts with "jemalloc" or
+ * "system" and says why. jemalloc (its mallocx API on private arenas) is used when the
+ * process has libjemalloc.so.2 loaded or can load it: programs linked through the CMake
+ * package or pkg-config link it at start-up. A library loaded later with dlopen (Python's
+ * ctypes) usually cannot load it (its initial-exec TLS needs room in the static TLS block
+ * that only start-up provides) and uses "system": mmap with MADV_HUGEPAGE for blocks of
+ * 1 MiB and more, posix_memalign below. Decided once per process, at the first allocation;
+ * EMC_HOST_ALLOCATOR=system in the environment forces "system". Never NULL. */
+EMC_API const char *emc_host_allocator(void);
+
 /* ----------------------------------------------------------------- status */
 /* X-macro: name, value, text. The enum, emc_status_name and emc_strerror come from it. */
 #define EMC_STATUS_MAP(X)                                                               \
