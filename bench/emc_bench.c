@@ -11,9 +11,13 @@
  *      position and per distinct key), check some batches' rows against emc_uniform_row,
  *      time a plain emc_store_read gather of the same batches, optionally simulate exact
  *      LRU, and print one JSON line.
+ * With --sweep-batch, 2 and 3 run once per batch size. With --mrc (sizing.c, mrc.c), each trace
+ * also gets its exact LRU curve over every cache size (stack distances, one pass) and Belady's
+ * OPT at the configured sizes and a few others, as "record":"mrc" JSON lines; --plot DIR
+ * turns all lines into PNGs (bench/plot_bench.py).
  * Progress goes to stderr, JSON lines to stdout (and to --out FILE, appended).
  * Exit status: 0 ok; 1 wrong rows or --all-hit not all hits; 2 an emc_* call failed or out
- * of memory; 64 bad command line.
+ * of memory; 3 --plot failed; 64 bad command line.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -24,14 +28,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "embcache.h"
 #include "jline.h"
+#include "sizing.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
 #define EXIT_EMC 2
+#define EXIT_PLOT 3
 #define EXIT_USAGE 64
 #define MAX_SWEEP 64
 #define N_CHECK_BATCHES 3
@@ -59,6 +66,12 @@ typedef struct bench_opts {
   int all_hit;              /* size and warm the cache so every measured lookup hits */
   int lru_check;            /* run the exact LRU simulator too */
   const char *out;          /* also append JSON lines here; NULL for none */
+  double batch_sizes[MAX_SWEEP]; /* --sweep-batch: samples per batch to run (default: batch) */
+  size_t n_batch_sizes;
+  int mrc;                  /* --mrc: LRU curve and OPT of every trace (sizing.c) */
+  size_t mrc_points;        /* curve lines per trace */
+  size_t mrc_opt_points;    /* curve lines that carry OPT too, besides the configured sizes */
+  const char *plot_dir;     /* --plot DIR: PNGs of the run's lines; NULL for none */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -84,11 +97,22 @@ static void usage(FILE *f) {
       "  --sweep-alpha a,b,.. one configuration per alpha\n"
       "  --sweep-cache f,g,.. one configuration per cache fraction\n"
       "  --lru-check / --no-lru-check   exact LRU at t2*capacity and t1*capacity (default on)\n"
+      "  --sweep-batch b,c,.. one trace (and configuration set) per batch size\n"
+      "  --mrc                sizing: exact LRU hit ratio over every cache size (stack\n"
+      "                       distances) and Belady's OPT at the configured sizes, as JSON lines\n"
+      "                       with \"record\":\"mrc\"; config lines gain mrc_* and opt_* fields\n"
+      "  --mrc-points N       curve lines per trace (default 60)\n"
+      "  --mrc-opt-points N   of which carry OPT (default 8; OPT costs O(N log N) each)\n"
+      "  --plot DIR           write PNGs of the run (hit ratio vs cache size, lookups/s vs\n"
+      "                       batch size) and DIR/emc-bench.jsonl; needs python3 + matplotlib\n"
       "  --out FILE           append the JSON lines to FILE too\n"
-      "  --help\n"
+      "  -h, --help\n"
       "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
       "deltas over the measured batches, gauges (bytes_in_use, ...) are read after them.\n"
-      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error, 64 bad usage.\n");
+      "Hit ratios per distinct key per batch (hit_ratio_distinct, lru_*, opt_*, mrc lines)\n"
+      "count each batch's distinct (table, id) keys once; hit_ratio counts every lookup.\n"
+      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error, 3 --plot failed,\n"
+      "64 bad usage.\n");
 }
 
 static int parse_double(const char *s, double *out) {
@@ -131,7 +155,8 @@ static int parse_list(const char *s, double *out, size_t *n) {
 enum {
   OPT_PRESET = 256, OPT_SCALE, OPT_TABLES, OPT_ROWS, OPT_DIM, OPT_DTYPE, OPT_ALPHA, OPT_DIST,
   OPT_BATCH, OPT_BATCHES, OPT_WARMUP, OPT_CACHE_FRAC, OPT_T1, OPT_T2, OPT_BACKEND, OPT_KEY_BITS,
-  OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP
+  OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
+  OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT
 };
 
 /* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
@@ -161,6 +186,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"no-lru-check", no_argument, NULL, OPT_NO_LRU},
       {"out", required_argument, NULL, OPT_OUT},
       {"help", no_argument, NULL, OPT_HELP},
+      {"sweep-batch", required_argument, NULL, OPT_SWEEP_BATCH},
+      {"mrc", no_argument, NULL, OPT_MRC},
+      {"mrc-points", required_argument, NULL, OPT_MRC_POINTS},
+      {"mrc-opt-points", required_argument, NULL, OPT_MRC_OPT_POINTS},
+      {"plot", required_argument, NULL, OPT_PLOT},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->preset = "criteo-kaggle";
@@ -183,12 +213,14 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   o->key_bits = 64;
   o->seed = 1;
   o->lru_check = 1;
+  o->mrc_points = 60;
+  o->mrc_opt_points = 8;
 
   int c;
   uint64_t u = 0;
   double d = 0;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     const char *a = optarg;
     switch (c) {
       case OPT_PRESET:
@@ -277,6 +309,24 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_LRU: o->lru_check = 1; break;
       case OPT_NO_LRU: o->lru_check = 0; break;
       case OPT_OUT: o->out = a; break;
+      case OPT_SWEEP_BATCH:
+        if (parse_list(a, o->batch_sizes, &o->n_batch_sizes) != 0) goto bad;
+        for (size_t i = 0; i < o->n_batch_sizes; i++)
+          if (!(o->batch_sizes[i] >= 1 && o->batch_sizes[i] <= (1u << 24)) ||
+              o->batch_sizes[i] != floor(o->batch_sizes[i]))
+            goto bad;
+        break;
+      case OPT_MRC: o->mrc = 1; break;
+      case OPT_MRC_POINTS:
+        if (parse_u64(a, &u) != 0 || u < 2 || u > 100000) goto bad;
+        o->mrc_points = (size_t)u;
+        break;
+      case OPT_MRC_OPT_POINTS:
+        if (parse_u64(a, &u) != 0 || u > 1000) goto bad;
+        o->mrc_opt_points = (size_t)u;
+        break;
+      case OPT_PLOT: o->plot_dir = a; break;
+      case 'h':
       case OPT_HELP: usage(stdout); return 1;
       default:
         fprintf(stderr, "emc-bench: unknown option or missing argument: %s\n",
@@ -296,6 +346,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   if (!(0 < o->t2 && o->t2 < o->t1 && o->t1 <= 1)) {
     fprintf(stderr, "emc-bench: need 0 < t2 < t1 <= 1 (got t1 %g, t2 %g)\n", o->t1, o->t2);
     return -1;
+  }
+  if (o->n_batch_sizes == 0) {
+    o->batch_sizes[0] = (double)o->batch;
+    o->n_batch_sizes = 1;
   }
   if (o->all_hit && o->n_fracs > 1) {
     fprintf(stderr, "emc-bench: --all-hit sizes the cache itself; drop --sweep-cache\n");
@@ -380,7 +434,25 @@ typedef struct bench_ctx {
   size_t *first;           /* batch_ids: distinct-key positions */
   emct_dedup dedup;
   FILE *out_file;
+  FILE *plot_file;         /* --plot: DIR/emc-bench.jsonl */
+  uint64_t *key_base;      /* n_tables: the sizing key of (t, id) is key_base[t] + id */
+  emct_mrc mrc;            /* --mrc: the current trace's curve (valid while have_mrc) */
+  int have_mrc;
+  sizing_point cfg[2 * MAX_SWEEP]; /* --mrc: this trace's configured sizes (t2, t1 rows) */
+  size_t n_cfg;
 } bench_ctx;
+
+/* One JSON line to stdout, --out and --plot's file. */
+static void emit_line(const char *line, void *ctx) {
+  const bench_ctx *b = ctx;
+  fputs(line, stdout);
+  fflush(stdout);
+  if (b->out_file) {
+    fputs(line, b->out_file);
+    fflush(b->out_file);
+  }
+  if (b->plot_file) fputs(line, b->plot_file);
+}
 
 static const uint64_t *batch_ids(const bench_ctx *b, size_t i) {
   return b->trace + i * b->batch_ids;
@@ -578,13 +650,26 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
 
   /* ---- exact LRU */
   double lru_t2 = NAN, lru_t1 = NAN, plru_t2 = NAN, plru_t1 = NAN;
+  const uint64_t c2 = (uint64_t)((double)capacity * o->t2);
+  const uint64_t c1 = (uint64_t)((double)capacity * o->t1);
   if (o->lru_check) {
-    const uint64_t c2 = (uint64_t)((double)capacity * o->t2);
-    const uint64_t c1 = (uint64_t)((double)capacity * o->t1);
     lru_t2 = lru_ratio(b, c2, 0);
     lru_t1 = lru_ratio(b, c1, 0);
     plru_t2 = lru_ratio(b, c2, 1);
     plru_t1 = lru_ratio(b, c1, 1);
+  }
+
+  /* ---- sizing (--mrc): the same two sizes on the stack-distance curve, and OPT there */
+  double mrc_t2 = NAN, mrc_t1 = NAN, opt_t2 = NAN, opt_t1 = NAN;
+  if (b->have_mrc) {
+    mrc_t2 = sizing_lru_ratio(&b->mrc, c2 / b->stride);
+    mrc_t1 = sizing_lru_ratio(&b->mrc, c1 / b->stride);
+    opt_t2 = sizing_opt_ratio(&b->mrc, c2 / b->stride);
+    opt_t1 = sizing_opt_ratio(&b->mrc, c1 / b->stride);
+    if (b->n_cfg + 2 <= sizeof b->cfg / sizeof b->cfg[0]) {
+      b->cfg[b->n_cfg++] = (sizing_point){c2 / b->stride, "t2"};
+      b->cfg[b->n_cfg++] = (sizing_point){c1 / b->stride, "t1"};
+    }
   }
 
   emc_stats gauges = s1;
@@ -641,6 +726,13 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
     jl_num(&j, "lru_phased_hit_ratio_t1", plru_t1);
     jl_bool(&j, "lru_phased_in_range", hit_distinct >= plru_t2 && hit_distinct <= plru_t1);
   }
+  if (b->have_mrc) {
+    jl_u64(&j, "cache_rows", capacity / b->stride);
+    jl_num(&j, "mrc_lru_hit_ratio_t2", mrc_t2);
+    jl_num(&j, "mrc_lru_hit_ratio_t1", mrc_t1);
+    jl_num(&j, "opt_hit_ratio_t2", opt_t2);
+    jl_num(&j, "opt_hit_ratio_t1", opt_t1);
+  }
   jl_num(&j, "seconds", t_cache);
   jl_num(&j, "warmup_seconds", tw);
   jl_num(&j, "lookups_per_s", lps);
@@ -662,12 +754,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_u64(&j, "rows_checked", checked);
   jl_bool(&j, "rows_ok", !wrong);
   if (jl_end(&j) != 0) fputs("emc-bench: result line truncated\n", stderr);
-  fputs(j.buf, stdout);
-  fflush(stdout);
-  if (b->out_file) {
-    fputs(j.buf, b->out_file);
-    fflush(b->out_file);
-  }
+  emit_line(j.buf, b);
 
   fprintf(stderr, "emc-bench:   hit %.4f (distinct %.4f", hit_ratio, hit_distinct);
   if (o->lru_check)
@@ -707,6 +794,18 @@ int main(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
+  char plot_jsonl[4096] = "";
+  if (o.plot_dir) { /* every line also goes to DIR/emc-bench.jsonl, which the plot reads */
+    snprintf(plot_jsonl, sizeof plot_jsonl, "%s/emc-bench.jsonl", o.plot_dir);
+    if ((mkdir(o.plot_dir, 0777) != 0 && errno != EEXIST) ||
+        !(b.plot_file = fopen(plot_jsonl, "w"))) {
+      fprintf(stderr, "emc-bench: --plot %s: %s\n", o.plot_dir, strerror(errno));
+      return EXIT_USAGE;
+    }
+  }
+  b.key_base = xmalloc(b.n_tables * sizeof *b.key_base);
+  for (uint32_t t = 0; t < b.n_tables; t++)
+    b.key_base[t] = t ? b.key_base[t - 1] + b.rows[t - 1] : 0;
 
   /* ---- store */
   fprintf(stderr, "emc-bench: building store: %s, %" PRIu32 " tables, %" PRIu64
@@ -728,45 +827,89 @@ int main(int argc, char **argv) {
               emc_store_fill_uniform(b.store, t, -1.0f, 1.0f, o.seed));
   fprintf(stderr, "emc-bench: store ready in %.2f s\n", now_s() - t0);
 
-  /* ---- buffers */
-  b.batch_ids = (size_t)b.n_tables * o.batch;
+  /* ---- buffers, sized for the largest batch of the sweep */
+  size_t max_batch = 0;
+  for (size_t i = 0; i < o.n_batch_sizes; i++)
+    if ((size_t)o.batch_sizes[i] > max_batch) max_batch = (size_t)o.batch_sizes[i];
+  b.batch_ids = (size_t)b.n_tables * max_batch;
   b.n_batches = o.warmup + o.batches;
   b.trace = xmalloc(b.n_batches * b.batch_ids * sizeof *b.trace);
   b.offsets = xmalloc((b.n_tables + 1) * sizeof *b.offsets);
-  for (uint32_t t = 0; t <= b.n_tables; t++) b.offsets[t] = (uint64_t)t * o.batch;
-  EMC_CHECK("emc_batch_bytes", emc_batch_bytes(b.store, b.offsets, &b.out_bytes));
-  if (b.out_bytes != b.batch_ids * b.row_bytes) {
-    fprintf(stderr, "emc-bench: emc_batch_bytes gave %zu, expected %zu\n", b.out_bytes,
-            (size_t)(b.batch_ids * b.row_bytes));
-    return EXIT_WRONG;
-  }
-  b.out = xmalloc(b.out_bytes);
+  b.out = xmalloc(b.batch_ids * b.row_bytes);
   b.expect = xmalloc(b.row_bytes);
   b.where = xmalloc(b.batch_ids);
   b.first = xmalloc(b.batch_ids * sizeof *b.first);
   emct_dedup_init(&b.dedup);
 
   int rc = 0;
-  for (size_t a = 0; a < o.n_alphas; a++) {
-    /* ---- trace: generated once per alpha, reused for every cache size */
-    t0 = now_s();
-    emct_gen g;
-    if (emct_gen_init(&g, b.rows, b.n_tables, o.dist, o.alphas[a], o.seed ^ 0x7ace7ace7aceull) !=
-        0) {
-      fprintf(stderr, "emc-bench: trace generator setup failed\n");
-      return EXIT_EMC;
+  for (size_t bs = 0; bs < o.n_batch_sizes; bs++) {
+    o.batch = (size_t)o.batch_sizes[bs];
+    b.batch_ids = (size_t)b.n_tables * o.batch;
+    for (uint32_t t = 0; t <= b.n_tables; t++) b.offsets[t] = (uint64_t)t * o.batch;
+    EMC_CHECK("emc_batch_bytes", emc_batch_bytes(b.store, b.offsets, &b.out_bytes));
+    if (b.out_bytes != b.batch_ids * b.row_bytes) {
+      fprintf(stderr, "emc-bench: emc_batch_bytes gave %zu, expected %zu\n", b.out_bytes,
+              (size_t)(b.batch_ids * b.row_bytes));
+      return EXIT_WRONG;
     }
-    uint64_t *off = xmalloc((b.n_tables + 1) * sizeof *off);
-    for (size_t i = 0; i < b.n_batches; i++)
-      emct_gen_batch(&g, o.batch, b.trace + i * b.batch_ids, off);
-    free(off);
-    emct_gen_free(&g);
-    fprintf(stderr, "emc-bench: trace of %zu batches x %zu ids (alpha %g) in %.2f s\n",
-            b.n_batches, b.batch_ids, o.alphas[a], now_s() - t0);
+    for (size_t a = 0; a < o.n_alphas; a++) {
+      /* ---- trace: generated once per alpha, reused for every cache size */
+      t0 = now_s();
+      emct_gen g;
+      if (emct_gen_init(&g, b.rows, b.n_tables, o.dist, o.alphas[a],
+                        o.seed ^ 0x7ace7ace7aceull) != 0) {
+        fprintf(stderr, "emc-bench: trace generator setup failed\n");
+        return EXIT_EMC;
+      }
+      uint64_t *off = xmalloc((b.n_tables + 1) * sizeof *off);
+      for (size_t i = 0; i < b.n_batches; i++)
+        emct_gen_batch(&g, o.batch, b.trace + i * b.batch_ids, off);
+      free(off);
+      emct_gen_free(&g);
+      fprintf(stderr, "emc-bench: trace of %zu batches x %zu ids (alpha %g) in %.2f s\n",
+              b.n_batches, b.batch_ids, o.alphas[a], now_s() - t0);
 
-    for (size_t f = 0; f < o.n_fracs; f++) {
-      int r = run_config(&b, o.alphas[a], o.fracs[f]);
-      if (r > rc) rc = r;
+      /* ---- sizing: the trace's LRU curve before the configurations (they report on it) */
+      if (o.mrc) {
+        if (sizing_feed(&b.mrc, b.trace, b.n_batches, b.batch_ids, o.warmup, o.all_hit,
+                        b.offsets, b.n_tables, b.key_base, b.total_rows) != 0)
+          return EXIT_EMC;
+        b.have_mrc = 1;
+        b.n_cfg = 0;
+      }
+
+      for (size_t f = 0; f < o.n_fracs; f++) {
+        int r = run_config(&b, o.alphas[a], o.fracs[f]);
+        if (r > rc) rc = r;
+      }
+
+      if (b.have_mrc) {
+        const sizing_trace tr = {
+            .version = emc_version_string(), .preset = o.preset,
+            .dtype = o.dtype == EMC_DTYPE_F16 ? "f16" : "f32",
+            .dist = o.dist == EMCT_DIST_ZIPF ? "zipf" : "uniform",
+            .scale = strcmp(o.preset, "criteo-kaggle") == 0 ? o.scale : NAN,
+            .alpha = o.dist == EMCT_DIST_ZIPF ? o.alphas[a] : NAN, .tables = b.n_tables,
+            .total_rows = b.total_rows, .dim = o.dim, .batch = o.batch, .batches = o.batches,
+            .warmup = o.warmup, .seed = o.seed, .stride = b.stride};
+        if (sizing_report(&b.mrc, &tr, b.cfg, b.n_cfg, o.mrc_points, o.mrc_opt_points, emit_line,
+                          &b) != 0) {
+          fprintf(stderr, "emc-bench: mrc: out of memory\n");
+          return EXIT_EMC;
+        }
+        emct_mrc_free(&b.mrc);
+        b.have_mrc = 0;
+      }
+    }
+  }
+
+  if (b.plot_file) {
+    fclose(b.plot_file);
+    b.plot_file = NULL;
+    int pst = sizing_plot(o.plot_dir, plot_jsonl);
+    if (pst != 0) {
+      fprintf(stderr, "emc-bench: --plot failed (status %d)\n", pst);
+      if (rc == 0) rc = EXIT_PLOT;
     }
   }
 
@@ -777,6 +920,7 @@ int main(int argc, char **argv) {
   free(b.out);
   free(b.offsets);
   free(b.trace);
+  free(b.key_base);
   free(b.rows);
   emc_store_destroy(b.store);
   if (b.out_file) fclose(b.out_file);

@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
 """The cache bench's contract, on small host-backend workloads: exit 0, one JSON object per
 configuration on stdout, the same lines appended to --out, the fields a reader of the line
-relies on with consistent values; --all-hit really is all hits.
+relies on with consistent values; --all-hit really is all hits; -h is --help.
+
+Sizing mode (--mrc, --sweep-batch, --plot): the stack-distance curve at the configured sizes
+equals the exact LRU simulation's hit ratio on the same trace (mrc_lru_hit_ratio_t2/_t1 ==
+lru_hit_ratio_t2/_t1, and the "t2"/"t1" curve lines agree), OPT >= LRU at every size where
+OPT is computed, both curves are monotone and end at 1 - cold_misses / accesses, one trace per
+batch size, and --plot writes valid PNG files (signature checked). The PNG part is skipped,
+saying so, only when matplotlib cannot be imported (make deps installs it).
 
 usage: check_bench.py EMC_BENCH_BINARY
 """
@@ -21,7 +28,10 @@ def check(cond, msg):
 
 def run(binary, args, out_path):
     cmd = [binary, "--backend", "host", "--out", out_path] + args
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    # --plot runs plot_bench.py with this interpreter (the one that has matplotlib)
+    env = dict(os.environ, EMC_BENCH_PYTHON=sys.executable)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+                       env=env)
     if p.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}\n{p.stderr}")
     lines = p.stdout.splitlines()
@@ -53,6 +63,79 @@ def common(o, what):
           f"{what}: bytes_in_use {o['bytes_in_use']} above t1 * capacity")
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def sizing(binary, d, small):
+    out = os.path.join(d, "mrc.jsonl")
+    plot_dir = os.path.join(d, "plots")
+    have_mpl = subprocess.run([sys.executable, "-c", "import matplotlib"],
+                              capture_output=True).returncode == 0
+    args = small + ["--sweep-cache", "0.02,0.1", "--sweep-batch", "256,512", "--mrc",
+                    "--mrc-points", "30", "--mrc-opt-points", "6"]
+    if have_mpl:
+        args += ["--plot", plot_dir]
+    _, objs = run(binary, args, out)
+    cfg = [o for o in objs if o.get("record") != "mrc"]
+    mrc = [o for o in objs if o.get("record") == "mrc"]
+    check(len(cfg) == 4, f"--mrc with 2 cache sizes x 2 batch sizes gave {len(cfg)} config lines")
+    check(sorted({o["batch"] for o in cfg}) == [256, 512], "--sweep-batch: batches not 256, 512")
+    for o in cfg:
+        common(o, f"mrc config batch {o.get('batch')} frac {o.get('cache_frac')}")
+        for t in ("t2", "t1"):
+            check(o.get(f"mrc_lru_hit_ratio_{t}") == o.get(f"lru_hit_ratio_{t}"),
+                  f"batch {o['batch']}, frac {o['cache_frac']}: curve at {t} "
+                  f"{o.get(f'mrc_lru_hit_ratio_{t}')} != exact LRU simulation "
+                  f"{o.get(f'lru_hit_ratio_{t}')}")
+            check(o.get(f"opt_hit_ratio_{t}") is not None and
+                  o[f"opt_hit_ratio_{t}"] >= o[f"lru_hit_ratio_{t}"],
+                  f"batch {o['batch']}: OPT at {t} below LRU")
+    for batch in (256, 512):
+        lines = [o for o in mrc if o["batch"] == batch]
+        confs = [o for o in cfg if o["batch"] == batch]
+        check(len(lines) >= 30, f"batch {batch}: {len(lines)} curve lines")
+        at = [o for o in lines if o["at"] in ("t2", "t1")]
+        check(len(at) == 2 * len(confs), f"batch {batch}: {len(at)} t2/t1 lines")
+        for c, (l2, l1) in zip(confs, zip(at[0::2], at[1::2])):
+            check(l2["at"] == "t2" and l1["at"] == "t1", f"batch {batch}: t2/t1 order")
+            check(l2["lru_hit_ratio"] == c["lru_hit_ratio_t2"] and
+                  l1["lru_hit_ratio"] == c["lru_hit_ratio_t1"],
+                  f"batch {batch}: t2/t1 curve lines disagree with the config line")
+        grid = sorted((o for o in lines if o["at"] == "grid"), key=lambda o: o["cache_rows"])
+        pts = sorted(lines, key=lambda o: o["cache_rows"])
+        for a, b in zip(pts, pts[1:]):
+            check(a["lru_hit_ratio"] <= b["lru_hit_ratio"], f"batch {batch}: LRU curve decreases")
+        opt = [o for o in pts if o["opt_hit_ratio"] is not None]
+        check(len(opt) >= 6, f"batch {batch}: OPT at only {len(opt)} sizes")
+        for o in opt:
+            check(o["opt_hit_ratio"] >= o["lru_hit_ratio"],
+                  f"batch {batch}, {o['cache_rows']} rows: OPT {o['opt_hit_ratio']} < LRU "
+                  f"{o['lru_hit_ratio']}")
+        for a, b in zip(opt, opt[1:]):
+            check(a["opt_hit_ratio"] <= b["opt_hit_ratio"], f"batch {batch}: OPT decreases")
+        if grid:
+            top = grid[-1]
+            want = 1 - top["cold_misses"] / top["accesses"]
+            check(top["cache_rows"] == top["lru_saturation_rows"] and
+                  abs(top["lru_hit_ratio"] - want) < 1e-5,
+                  f"batch {batch}: curve ends at {top['lru_hit_ratio']}, want {want}")
+            check(top["opt_hit_ratio"] is not None and abs(top["opt_hit_ratio"] - want) < 1e-5,
+                  f"batch {batch}: OPT at saturation {top['opt_hit_ratio']}, want {want}")
+    if not have_mpl:
+        print("check_bench: NOTE: PNG checks skipped: matplotlib cannot be imported by "
+              f"{sys.executable} (make deps installs it)")
+        return
+    pngs = sorted(f for f in os.listdir(plot_dir) if f.endswith(".png"))
+    check(len([f for f in pngs if f.startswith("hit_ratio_vs_cache_")]) == 2,
+          f"--plot: hit-ratio PNGs {pngs}")
+    check("lookups_per_s_vs_batch.png" in pngs, f"--plot: no lookups_per_s_vs_batch.png in {pngs}")
+    for f in pngs:
+        with open(os.path.join(plot_dir, f), "rb") as fh:
+            head = fh.read(8)
+        check(head == PNG_SIGNATURE, f"--plot: {f} is not a PNG (starts {head!r})")
+        check(os.path.getsize(os.path.join(plot_dir, f)) > 1000, f"--plot: {f} is tiny")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -82,6 +165,14 @@ def main():
                   "--all-hit: dtype/key_bits not echoed")
         with open(out) as f:
             check(len(f.read().splitlines()) == 3, "--out did not append")
+
+        sizing(binary, d, small)
+
+    for flag in ("-h", "--help"):
+        p = subprocess.run([binary, flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+        check(p.returncode == 0 and p.stdout.startswith("usage: emc-bench"),
+              f"{flag}: exit {p.returncode}, stdout {p.stdout[:40]!r}")
 
     for m in failures:
         print("FAIL:", m)
