@@ -413,6 +413,29 @@ static const char *backend_name(emc_backend b) {
   return "unknown";
 }
 
+/* Why a cache created with `requested` runs on `got`: the user's choice, or what AUTO saw
+ * (emc_device_count, the test AUTO makes). */
+static void backend_reason(emc_backend requested, emc_backend got, char *why, size_t len) {
+  int n = 0;
+  emc_status st;
+  if (requested != EMC_BACKEND_AUTO) {
+    snprintf(why, len, "requested (--backend %s)", backend_name(requested));
+    return;
+  }
+  st = emc_device_count(&n);
+  if (st == EMC_OK)
+    snprintf(why, len, "auto: %d CUDA device%s answer%s, device 0 used", n, n == 1 ? "" : "s",
+             n == 1 ? "s" : "");
+  else if (st == EMC_EUNSUPPORTED)
+    snprintf(why, len, "auto: this embcache was built without CUDA");
+  else { /* the detail without its "emc_device_count: " prefix */
+    const char *d = emc_last_error_detail(), *colon = strstr(d, ": ");
+    snprintf(why, len, "auto: no CUDA device: %s", colon ? colon + 2 : d);
+  }
+  if ((got == EMC_BACKEND_CUDA) != (st == EMC_OK)) /* AUTO saw something else at create */
+    snprintf(why + strlen(why), len - strlen(why), " (but the cache chose %s)", backend_name(got));
+}
+
 /* ------------------------------------------------------------------ the run */
 typedef struct bench_ctx {
   const bench_opts *o;
@@ -440,6 +463,7 @@ typedef struct bench_ctx {
   int have_mrc;
   sizing_point cfg[2 * MAX_SWEEP]; /* --mrc: this trace's configured sizes (t2, t1 rows) */
   size_t n_cfg;
+  char backend_why[512];   /* why the cache runs where it does (backend_reason) */
 } bench_ctx;
 
 /* One JSON line to stdout, --out and --plot's file. */
@@ -569,6 +593,11 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   emc_cache *cache = NULL;
   EMC_CHECK("emc_cache_create", emc_cache_create(b->store, &cfg, &cache));
   emc_backend be = emc_cache_backend(cache);
+  if (!b->backend_why[0]) {
+    backend_reason(o->backend, be, b->backend_why, sizeof b->backend_why);
+    fprintf(stderr, "emc-bench: backend %s (%s); host allocator: %s\n", backend_name(be),
+            b->backend_why, emc_host_allocator());
+  }
   fprintf(stderr, "emc-bench: alpha %g, cache %.4g of the store (%zu bytes), backend %s%s\n",
           alpha, (double)capacity / (double)b->total_bytes, capacity, backend_name(be),
           o->all_hit ? " (all-hit)" : "");
@@ -707,6 +736,9 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "t1", o->t1);
   jl_num(&j, "t2", o->t2);
   jl_str(&j, "backend", backend_name(be));
+  jl_str(&j, "backend_requested", backend_name(o->backend));
+  jl_str(&j, "backend_reason", b->backend_why);
+  jl_str(&j, "host_allocator", emc_host_allocator());
   jl_u64(&j, "key_bits", o->key_bits);
   jl_u64(&j, "seed", o->seed);
   jl_bool(&j, "all_hit", o->all_hit);

@@ -249,6 +249,14 @@ EMC_API void emc_cache_config_init(emc_cache_config *cfg);
 
 typedef struct emc_cache emc_cache;
 
+/* Number of CUDA devices the CUDA backend can use: what EMC_BACKEND_AUTO looks at (it picks
+ * CUDA when cfg->device is below this count).
+ *   out: receives the count (>= 1); untouched on failure.
+ * Errors: EMC_EINVAL (NULL out), EMC_ENODEV (no device; the detail says why: "no NVIDIA
+ * driver found (...)" where none is installed, else the CUDA runtime's error, or 0 devices),
+ * EMC_EUNSUPPORTED (built without CUDA). Blocking (initialises the CUDA runtime). */
+EMC_API emc_status emc_device_count(int *out);
+
 /* Create a cache over `store` and attach it (a store serves at most one cache).
  *   cfg: NULL for defaults; otherwise cfg->struct_size must be sizeof(emc_cache_config)
  *        or a size of an earlier version of the struct (missing fields take defaults).

@@ -10,8 +10,14 @@ OPT is computed, both curves are monotone and end at 1 - cold_misses / accesses,
 batch size, and --plot writes valid PNG files (signature checked). The PNG part is skipped,
 saying so, only when matplotlib cannot be imported (make deps installs it).
 
-usage: check_bench.py EMC_BENCH_BINARY
+What a new user trips over: --backend auto says which backend it picked and why
+(backend_reason, and a stderr line); with EMC_BENCH_GPU given, emc-bench-gpu -h works and,
+with no device visible (CUDA_VISIBLE_DEVICES=""), it exits 77 saying why ("no NVIDIA driver
+found" where this machine has none).
+
+usage: check_bench.py EMC_BENCH_BINARY [EMC_BENCH_GPU_BINARY]
 """
+import ctypes
 import json
 import os
 import subprocess
@@ -45,13 +51,18 @@ def run(binary, args, out_path):
 
 
 def common(o, what):
-    for k in ("bench", "version", "preset", "backend", "lookups", "hits", "hit_ratio",
-              "lookups_per_s", "bytes_in_use", "capacity_bytes", "rows_ok"):
+    for k in ("bench", "version", "preset", "backend", "backend_requested", "backend_reason",
+              "host_allocator", "lookups", "hits", "hit_ratio", "lookups_per_s", "bytes_in_use",
+              "capacity_bytes", "rows_ok"):
         check(k in o, f"{what}: field {k} missing")
     if failures:
         return
     check(o["bench"] == "emc-bench", f"{what}: bench = {o['bench']!r}")
     check(o["backend"] == "host", f"{what}: backend = {o['backend']!r}")
+    check(o["backend_requested"] == "host" and o["backend_reason"].startswith("requested"),
+          f"{what}: backend_requested {o['backend_requested']!r}, reason {o['backend_reason']!r}")
+    check(o["host_allocator"].startswith("jemalloc"),
+          f"{what}: a C program linked like emc-bench should use jemalloc: {o['host_allocator']}")
     check(o["rows_ok"] is True, f"{what}: rows_ok = {o['rows_ok']!r}")
     check(o["lookups"] == o["batch"] * o["batches"] * o["tables"],
           f"{what}: lookups {o['lookups']} != batch*batches*tables")
@@ -136,8 +147,53 @@ def sizing(binary, d, small):
         check(os.path.getsize(os.path.join(plot_dir, f)) > 1000, f"--plot: {f} is tiny")
 
 
+def driver_present():
+    """Whether an NVIDIA driver could answer here (its device node tree or its library)."""
+    if os.path.exists("/proc/driver/nvidia"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def auto_backend(binary, small):
+    p = subprocess.run([binary, "--backend", "auto"] + small, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
+    check(p.returncode == 0, f"--backend auto exited {p.returncode}: {p.stderr[-500:]}")
+    if p.returncode != 0:
+        return
+    o = json.loads(p.stdout.splitlines()[0])
+    why = o.get("backend_reason", "")
+    check(o.get("backend_requested") == "auto" and why.startswith("auto: "),
+          f"auto: backend_requested {o.get('backend_requested')!r}, reason {why!r}")
+    check(f"emc-bench: backend {o.get('backend')} (auto: " in p.stderr,
+          "auto: no stderr line says which backend AUTO picked and why")
+    if o.get("backend") == "host":
+        check("no CUDA device" in why or "built without CUDA" in why, f"auto -> host: {why!r}")
+        if "no CUDA device" in why and not driver_present():
+            check("no NVIDIA driver found" in why, f"no driver here, but the reason is {why!r}")
+
+
+def bench_gpu(gpu):
+    p = subprocess.run([gpu, "-h"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    check(p.returncode == 0 and p.stdout.startswith("usage: emc-bench-gpu"),
+          f"emc-bench-gpu -h: exit {p.returncode}")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([gpu, "--skip-criteo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120, env=env)
+    check(p.returncode == 77, f"emc-bench-gpu without a device: exit {p.returncode}, want 77")
+    check("no CUDA device answers" in p.stderr and p.stdout == "",
+          f"emc-bench-gpu without a device: {p.stderr.strip()!r}")
+    if not driver_present():
+        check("no NVIDIA driver found" in p.stderr,
+              f"emc-bench-gpu with no driver installed: {p.stderr.strip()!r}")
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     binary = sys.argv[1]
     with tempfile.TemporaryDirectory() as d:
@@ -167,6 +223,9 @@ def main():
             check(len(f.read().splitlines()) == 3, "--out did not append")
 
         sizing(binary, d, small)
+        auto_backend(binary, small)
+    if len(sys.argv) == 3:
+        bench_gpu(sys.argv[2])
 
     for flag in ("-h", "--help"):
         p = subprocess.run([binary, flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

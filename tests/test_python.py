@@ -13,7 +13,9 @@ process. The rest checks the binding:
     of offsets (checks made by the binding, status EMC_EINVAL), and errors the library finds
     (decreasing offsets, dense id out of range) carry emc_last_error_detail() verbatim;
   * the DLPack path (the capsule parsed with ctypes, as for CUDA tensors) on CPU producers,
-    and that CUDA-array-interface objects are refused by the host backend.
+    and that CUDA-array-interface objects are refused by the host backend;
+  * device_count() returns the devices or raises saying why ("no NVIDIA driver found" where
+    this machine has none).
 Device arrays on the CUDA backend (CuPy, PyTorch, streams) need a GPU and are not run here.
 """
 import ctypes
@@ -257,6 +259,26 @@ class T05DLPack(unittest.TestCase):
                 cache.lookup(DLPackOnly(np.arange(10, dtype=np.uint64)[::2]), offsets)
             self.assertIn("not C-contiguous", cm.exception.detail)
         store.close()
+
+
+class T06Devices(unittest.TestCase):
+    def test_device_count_or_why_not(self):
+        emc.load(LIB)
+        try:
+            n = emc.device_count()
+        except emc.EmcError as e:
+            self.assertIn(e.name, ("EMC_ENODEV", "EMC_EUNSUPPORTED"), str(e))
+            self.assertTrue(e.detail)
+            no_driver = not os.path.exists("/proc/driver/nvidia")
+            try:
+                ctypes.CDLL("libcuda.so.1")
+                no_driver = False
+            except OSError:
+                pass
+            if e.name == "EMC_ENODEV" and no_driver:
+                self.assertIn("no NVIDIA driver found", e.detail)
+            return
+        self.assertGreaterEqual(n, 1)
 
 
 if __name__ == "__main__":
