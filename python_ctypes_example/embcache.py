@@ -17,7 +17,9 @@ Nothing to compile beyond the library: ``ctypes.CDLL`` loads ``libembcache.so`` 
     store.close()
 
 Arrays
-  ids      1-D uint64, C-contiguous, offsets[-1] elements (grouped by table, see embcache.h).
+  ids      1-D uint64, C-contiguous, offsets[-1] elements (grouped by table, see embcache.h);
+           int64 is taken too, as the same 64 bits (PyTorch's and TorchRec's index type: a
+           negative dense id is out of range, a negative hashed id is just another id).
   offsets  n_tables + 1 integers in host memory (a NumPy array or a sequence; converted to
            uint64). Contents (offsets[0] == 0, non-decreasing) are checked by the library.
   rows     (`out` of lookup, `rows` of insert) C-contiguous, one of
@@ -102,7 +104,8 @@ class _Stats(ctypes.Structure):
 
 _S, _P, _U32, _U64, _SZ = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t
 _STR = ctypes.c_char_p
-# name: (restype, argtypes). Pointers to arrays are passed as plain addresses (c_void_p).
+# name: (restype, argtypes). Pointers to arrays are passed as plain addresses (c_void_p), and
+# cudaStream_t as c_void_p too.
 _SIGNATURES = {
     "emc_version_string": (_STR, []),
     "emc_host_allocator": (_STR, []),
@@ -210,11 +213,11 @@ def _fail(func, detail, status=EMC_EINVAL):
 # --------------------------------------------------------------------------- array adapters
 class _Buf:
     """A validated array argument: its address, where it lives, and what keeps it alive."""
-    __slots__ = ("ptr", "device", "shape", "dtype", "stream", "keep")
+    __slots__ = ("ptr", "device", "shape", "dtype", "keep")
 
-    def __init__(self, ptr, device, shape, dtype, stream=None, keep=None):
+    def __init__(self, ptr, device, shape, dtype, keep=None):
         self.ptr, self.device, self.shape, self.dtype = ptr, device, tuple(shape), dtype
-        self.stream, self.keep = stream, keep
+        self.keep = keep
 
 
 def _c_contiguous(shape, strides, itemsize):
@@ -302,7 +305,7 @@ def _adapt(obj, func, name, stream_for_dlpack):
             _fail(func, f"{name}: CUDA array is not C-contiguous (strides {strides}); "
                         "pass a contiguous copy")
         ptr, readonly = cai["data"]
-        return _Buf(ptr or 0, True, shape, dtype, stream=cai.get("stream"), keep=obj), readonly
+        return _Buf(ptr or 0, True, shape, dtype, keep=obj), readonly
     if not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__"):
         dev_type, _dev_id = obj.__dlpack_device__()
         on_device = dev_type in (_KDL_CUDA, _KDL_CUDA_MANAGED)
@@ -409,8 +412,8 @@ class Store:
         if not 0 <= table < len(self.tables):
             _fail(func, f"table {table}: the store has {len(self.tables)}", EMC_ERANGE)
         b, _ = _adapt(ids, func, "ids", None)
-        if b.device or b.dtype != np.uint64 or len(b.shape) != 1:
-            _fail(func, f"ids: need a 1-D uint64 host array, got {b.dtype} {b.shape}"
+        if b.device or b.dtype not in (np.uint64, np.int64) or len(b.shape) != 1:
+            _fail(func, f"ids: need a 1-D uint64 (or int64) host array, got {b.dtype} {b.shape}"
                         f"{' on the device' if b.device else ''}")
         return b
 
@@ -521,8 +524,8 @@ class Cache:
 
     def _ids(self, func, ids, offsets, stream):
         b, _ = _adapt(ids, func, "ids", stream)
-        if b.dtype != np.uint64:
-            _fail(func, f"ids: dtype {b.dtype}, need uint64 (ids.astype(np.uint64))")
+        if b.dtype not in (np.uint64, np.int64):  # int64: PyTorch's index type, same 64 bits
+            _fail(func, f"ids: dtype {b.dtype}, need uint64 or int64 (ids.astype(np.uint64))")
         if len(b.shape) != 1:
             _fail(func, f"ids: shape {b.shape}, need a 1-D array")
         if b.shape[0] != int(offsets[-1]):
@@ -572,16 +575,22 @@ class Cache:
         self._placed(func, "where", b)
         return b
 
-    def _stream(self, func, stream, *bufs):
-        """The cudaStream_t for a call: the caller's, else a CUDA array interface stream of an
-        argument, else the default stream (NULL). Always NULL on the host backend."""
+    def _stream(self, func, stream, *arrays):
+        """The cudaStream_t of a call, decided before its arrays are adapted (DLPack producers
+        are asked for it): the caller's, else the stream the first __cuda_array_interface__
+        argument names (1 and 2, the legacy and per-thread default streams, are valid handles
+        as they are), else the default stream (None). None on the host backend."""
         h = _stream_handle(stream)
         if self.backend != "cuda":
             if h:
                 _fail(func, "stream: the host backend takes no stream")
             return None
         if h is None:
-            h = next((b.stream for b in bufs if b is not None and b.stream), None)
+            for a in arrays:
+                cai = getattr(a, "__cuda_array_interface__", None)
+                if cai and cai.get("stream"):
+                    h = int(cai["stream"])
+                    break
         return h or None
 
     def _alloc(self, like, shape, dtype):
@@ -605,18 +614,17 @@ class Cache:
         func = "emc_lookup_ex" if where is not None else "emc_lookup"
         h = self._handle(func)
         o = self._offsets(func, offsets)
-        s0 = _stream_handle(stream)
-        b = self._ids(func, ids, o, s0)
+        s = self._stream(func, stream, ids, out, where)
+        b = self._ids(func, ids, o, s)
         if out is None:
             shape, dt = self._row_forms(o)[0]
             out = self._alloc(ids, shape, dt)
-        r = self._rows(func, "out", out, o, s0, writable=True)
+        r = self._rows(func, "out", out, o, s, writable=True)
         w = None
         if where is not None:
             if where is True:
                 where = self._alloc(ids, (b.shape[0],), np.dtype(np.uint8))
-            w = self._where(func, where, b.shape[0], s0)
-        s = self._stream(func, stream, b, r, w)
+            w = self._where(func, where, b.shape[0], s)
         if w is None:
             _check(library().emc_lookup(h, b.ptr, o.ctypes.data, r.ptr, s), func)
             return out
@@ -628,11 +636,10 @@ class Cache:
         func = "emc_insert"
         h = self._handle(func)
         o = self._offsets(func, offsets)
-        s0 = _stream_handle(stream)
-        b = self._ids(func, ids, o, s0)
-        r = self._rows(func, "rows", rows, o, s0, writable=False)
-        _check(library().emc_insert(h, b.ptr, o.ctypes.data, r.ptr,
-                                    self._stream(func, stream, b, r)), func)
+        s = self._stream(func, stream, ids, rows)
+        b = self._ids(func, ids, o, s)
+        r = self._rows(func, "rows", rows, o, s, writable=False)
+        _check(library().emc_insert(h, b.ptr, o.ctypes.data, r.ptr, s), func)
 
     def flush(self, stream=None):
         """emc_flush: write every dirty row back to the store (waits)."""

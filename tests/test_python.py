@@ -15,7 +15,9 @@ process. The rest checks the binding:
   * the DLPack path (the capsule parsed with ctypes, as for CUDA tensors) on CPU producers,
     and that CUDA-array-interface objects are refused by the host backend;
   * device_count() returns the devices or raises saying why ("no NVIDIA driver found" where
-    this machine has none).
+    this machine has none);
+  * the CUDA backend's plumbing (which pointers and stream a call gets, which stream DLPack
+    producers are asked for) against a library proxy that records the calls.
 Device arrays on the CUDA backend (CuPy, PyTorch, streams) need a GPU and are not run here.
 """
 import ctypes
@@ -169,7 +171,9 @@ class T04BadArrays(unittest.TestCase):
 
     def test_ids(self):
         c, o = self.cache, self.offsets
-        self.raises(lambda: c.lookup(self.ids.astype(np.int64), o), "dtype int64", "uint64")
+        self.raises(lambda: c.lookup(self.ids.astype(np.int32), o), "dtype int32", "uint64")
+        self.raises(lambda: c.lookup(self.ids.astype(np.float64), o), "dtype float64")
+        np.testing.assert_array_equal(c.lookup(self.ids.astype(np.int64), o), c.lookup(self.ids, o))
         self.raises(lambda: c.lookup(self.ids.reshape(5, 1), o), "shape (5, 1)")
         wide = np.arange(10, dtype=np.uint64)
         self.raises(lambda: c.lookup(wide[::2], o), "not C-contiguous")
@@ -279,6 +283,88 @@ class T06Devices(unittest.TestCase):
                 self.assertIn("no NVIDIA driver found", e.detail)
             return
         self.assertGreaterEqual(n, 1)
+
+
+class T07CudaPlumbing(unittest.TestCase):
+    """The CUDA backend's argument plumbing without a GPU: a Cache that claims the CUDA
+    backend, and a library proxy that records emc_lookup / emc_insert instead of calling them.
+    Checks which pointers and which stream a call would get, and which stream DLPack producers
+    are asked for. (No device memory is touched; the real device path is not run here.)"""
+
+    class Proxy:
+        def __init__(self, real):
+            self.real, self.calls = real, []
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def emc_lookup(self, *args):
+            self.calls.append(("lookup",) + args)
+            return 0
+
+        def emc_insert(self, *args):
+            self.calls.append(("insert",) + args)
+            return 0
+
+    class Cai:
+        def __init__(self, a, stream=None):
+            self.a = a
+            self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str,
+                                             "strides": None, "data": (a.ctypes.data, False),
+                                             "version": 3, "stream": stream}
+
+    class DLDevice:
+        def __init__(self, a):
+            self.a, self.asked = a, []
+
+        def __dlpack__(self, stream=None):
+            self.asked.append(stream)
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA
+
+    @unittest.skipUnless(hasattr(np.ndarray, "__dlpack__"), "NumPy without DLPack (< 1.22)")
+    def test_streams_and_pointers(self):
+        real = emc.load(LIB)
+        store = emc.Store([emc.Table("a", rows=100, dim=4), emc.Table("b", rows=50, dim=4)])
+        cache = emc.Cache(store, backend="host", capacity_bytes=1 << 16)
+        proxy = self.Proxy(real)
+        cls = type("FakeCudaCache", (emc.Cache,), {"backend": "cuda"})
+        cache.__class__ = cls
+        emc._lib = proxy
+        try:
+            ids = np.array([1, 2, 3, 4, 5], dtype=np.uint64)
+            offsets = [0, 3, 5]
+            out = np.empty((5, 4), dtype=np.float32)
+            cache.lookup(self.Cai(ids, stream=7), offsets, out=self.Cai(out))
+            _, _, p_ids, _, p_out, st = proxy.calls[-1]
+            self.assertEqual((p_ids, p_out, st), (ids.ctypes.data, out.ctypes.data, 7))
+
+            class TorchLikeStream:
+                cuda_stream = 9
+            cache.lookup(self.Cai(ids, stream=7), offsets, out=out, stream=TorchLikeStream())
+            self.assertEqual(proxy.calls[-1][-1], 9)  # the caller's stream wins
+
+            d_ids, d_out = self.DLDevice(ids), self.DLDevice(out)
+            cache.lookup(d_ids, offsets, out=d_out)  # no stream anywhere: the default
+            self.assertIsNone(proxy.calls[-1][-1])
+            self.assertEqual((d_ids.asked, d_out.asked), ([1], [1]))  # legacy default stream
+            cache.lookup(d_ids, offsets, out=d_out, stream=11)
+            self.assertEqual((proxy.calls[-1][-1], d_ids.asked[-1], d_out.asked[-1]), (11, 11, 11))
+            self.assertEqual(proxy.calls[-1][2], ids.ctypes.data)
+
+            cache.insert(self.Cai(ids, stream=2), offsets, self.DLDevice(out))
+            self.assertEqual(proxy.calls[-1][0], "insert")
+            self.assertEqual(proxy.calls[-1][-1], 2)  # per-thread default stream, as named
+            with self.assertRaises(emc.EmcError) as cm:
+                cache.lookup(self.Cai(ids), offsets, out=self.Cai(np.empty((5, 4), np.float64)))
+            self.assertIn("float64", cm.exception.detail)
+        finally:
+            emc._lib = real
+            cache.__class__ = emc.Cache
+            cache.close()
+            store.close()
 
 
 if __name__ == "__main__":
