@@ -150,7 +150,8 @@ EMC_API size_t emc_dtype_size(emc_dtype d);
 typedef struct emc_store emc_store;
 
 /* Create a store of n_tables tables in host memory, every dense row zero, every hashed
- * table empty. Each table's rows live in one 64-byte-aligned jemalloc allocation.
+ * table empty. Each table's rows live in one 64-byte-aligned allocation (jemalloc, or mmap
+ * where jemalloc cannot be used: see emc_host_allocator).
  *   tables: host array of n_tables descriptors (names are copied).
  *   out:    receives the store; untouched on failure.
  * Errors: EMC_EINVAL (NULL tables/out, n_tables 0 or > EMC_MAX_TABLES, rows 0 or >
