@@ -292,10 +292,21 @@ def _stream_handle(stream):
                     "(pass an int handle, a CuPy or a PyTorch stream)")
 
 
+def _cuda_array_interface(obj, func, name):
+    """obj.__cuda_array_interface__, or None. Producers may refuse with another exception than
+    AttributeError (PyTorch: RuntimeError for a tensor that requires grad), which hasattr()
+    would let through: that becomes an EmcError."""
+    try:
+        return getattr(obj, "__cuda_array_interface__", None)
+    except Exception as e:  # noqa: BLE001 - any producer error is the caller's to fix
+        _fail(func, f"{name}: {type(obj).__name__} refused __cuda_array_interface__ ({e}); "
+                    "for a tensor that requires grad pass tensor.detach()")
+
+
 def _adapt(obj, func, name, stream_for_dlpack):
     """Address, device flag, shape and dtype of an array argument, without copying."""
-    if hasattr(obj, "__cuda_array_interface__"):
-        cai = obj.__cuda_array_interface__
+    cai = _cuda_array_interface(obj, func, name)
+    if cai is not None:
         if cai.get("mask") is not None:
             _fail(func, f"{name}: masked CUDA arrays are not supported")
         dtype = np.dtype(cai["typestr"])
@@ -508,7 +519,7 @@ class Cache:
     # ---- helpers for the calls (and for the ones still to come)
     def _offsets(self, func, offsets):
         """Host uint64 copy of offsets, length checked (the C API cannot see it)."""
-        if hasattr(offsets, "__cuda_array_interface__"):
+        if _cuda_array_interface(offsets, func, "offsets") is not None:
             _fail(func, "offsets: pass host offsets (e.g. offsets.get() or offsets.cpu()): the "
                         "binding checks their length and last value before the call")
         o = np.asarray(offsets)
@@ -587,7 +598,7 @@ class Cache:
             return None
         if h is None:
             for a in arrays:
-                cai = getattr(a, "__cuda_array_interface__", None)
+                cai = _cuda_array_interface(a, func, "array")
                 if cai and cai.get("stream"):
                     h = int(cai["stream"])
                     break
@@ -602,8 +613,9 @@ class Cache:
         if mod == "torch":
             import torch
             return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
-        if hasattr(like, "__cuda_array_interface__") or hasattr(like, "__dlpack__") and \
-                not isinstance(like, np.ndarray):
+        if not isinstance(like, np.ndarray) and (
+                _cuda_array_interface(like, "lookup", "ids") is not None or
+                hasattr(like, "__dlpack__")):
             _fail("lookup", f"cannot allocate beside a {type(like).__name__}: pass out=")
         return np.empty(shape, dtype=dtype)
 

@@ -360,6 +360,15 @@ class T07CudaPlumbing(unittest.TestCase):
             with self.assertRaises(emc.EmcError) as cm:
                 cache.lookup(self.Cai(ids), offsets, out=self.Cai(np.empty((5, 4), np.float64)))
             self.assertIn("float64", cm.exception.detail)
+
+            class RequiresGrad:  # PyTorch raises RuntimeError, not AttributeError, here
+                @property
+                def __cuda_array_interface__(self):
+                    raise RuntimeError("Can't get __cuda_array_interface__ on Variable that "
+                                       "requires grad")
+            with self.assertRaises(emc.EmcError) as cm:
+                cache.insert(self.Cai(ids), offsets, RequiresGrad())
+            self.assertIn("detach()", cm.exception.detail)
         finally:
             emc._lib = real
             cache.__class__ = emc.Cache
