@@ -6,7 +6,7 @@
 #                      asan     build-asan/  (-DEMC_SANITIZE=address,undefined) + ctest
 #                      tsan     build-tsan/  (-DEMC_SANITIZE=thread) + ctest
 #                      fuzz     build-fuzz/  (clang, libFuzzer) each target FUZZ_SECONDS s
-#                      python   python_ctypes_example/example.py against build/
+#                      python   python_ctypes_example/ example + binding tests, env -i
 #                    (each step also has its own target: test-unit, test-asan, ...)
 #   make deps        install dependencies only (scripts/install-deps.sh)
 #   make build       configure + build build/ (Release)
@@ -205,10 +205,16 @@ test-fuzz: build-fuzz
 	  echo "fuzz: $$t ok ($(FUZZ_DIR)/$$t.log)"
 	done
 
+# Python in a fresh environment (env -i: no LD_PRELOAD, no GLIBC_TUNABLES, nothing
+# inherited), as a new user's shell would be: the example, then the binding's tests (also
+# run by test-unit's ctest as python_binding). $(PYTHON) may be a pyenv shim, which needs its
+# environment: run the interpreter behind it.
 test-python: build
-	@$(call header,test (e): python_ctypes_example/example.py)
+	@$(call header,test (e): Python example and binding -- fresh environment)
+	py="$$($(PYTHON) -c 'import sys; print(sys.executable)')"
 	set -x
-	$(PYTHON) python_ctypes_example/example.py
+	env -i PATH=/usr/bin:/bin "$$py" python_ctypes_example/example.py
+	env -i PATH=/usr/bin:/bin "$$py" tests/test_python.py $(BUILD_DIR)/libembcache.so
 
 # ------------------------------------------------------------------ gpu
 gpu-check: deps

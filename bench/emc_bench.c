@@ -11,9 +11,13 @@
  *      position and per distinct key), check some batches' rows against emc_uniform_row,
  *      time a plain emc_store_read gather of the same batches, optionally simulate exact
  *      LRU, and print one JSON line.
+ * With --sweep-batch, 2 and 3 run once per batch size. With --mrc (sizing.c, mrc.c), each trace
+ * also gets its exact LRU curve over every cache size (stack distances, one pass) and Belady's
+ * OPT at the configured sizes and a few others, as "record":"mrc" JSON lines; --plot DIR
+ * turns all lines into PNGs (bench/plot_bench.py).
  * Progress goes to stderr, JSON lines to stdout (and to --out FILE, appended).
  * Exit status: 0 ok; 1 wrong rows or --all-hit not all hits; 2 an emc_* call failed or out
- * of memory; 64 bad command line.
+ * of memory; 3 --plot failed; 64 bad command line.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -24,15 +28,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "embcache.h"
 #include "jline.h"
 #include "per_table.h"
+#include "sizing.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
 #define EXIT_EMC 2
+#define EXIT_PLOT 3
 #define EXIT_USAGE 64
 #define MAX_SWEEP 64
 #define N_CHECK_BATCHES 3
@@ -61,6 +68,12 @@ typedef struct bench_opts {
   int lru_check;            /* run the exact LRU simulator too */
   int per_table;            /* also run the per-table-cache baseline (-1: criteo-kaggle only) */
   const char *out;          /* also append JSON lines here; NULL for none */
+  double batch_sizes[MAX_SWEEP]; /* --sweep-batch: samples per batch to run (default: batch) */
+  size_t n_batch_sizes;
+  int mrc;                  /* --mrc: LRU curve and OPT of every trace (sizing.c) */
+  size_t mrc_points;        /* curve lines per trace */
+  size_t mrc_opt_points;    /* curve lines that carry OPT too, besides the configured sizes */
+  const char *plot_dir;     /* --plot DIR: PNGs of the run's lines; NULL for none */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -88,11 +101,22 @@ static void usage(FILE *f) {
       "  --lru-check / --no-lru-check   exact LRU at t2*capacity and t1*capacity (default on)\n"
       "  --per-table / --no-per-table   also run one cache per table, the budget split by\n"
       "                       table size, on the same batches (default: on for criteo-kaggle)\n"
+      "  --sweep-batch b,c,.. one trace (and configuration set) per batch size\n"
+      "  --mrc                sizing: exact LRU hit ratio over every cache size (stack\n"
+      "                       distances) and Belady's OPT at the configured sizes, as JSON lines\n"
+      "                       with \"record\":\"mrc\"; config lines gain mrc_* and opt_* fields\n"
+      "  --mrc-points N       curve lines per trace (default 60)\n"
+      "  --mrc-opt-points N   of which carry OPT (default 8; OPT costs O(N log N) each)\n"
+      "  --plot DIR           write PNGs of the run (hit ratio vs cache size, lookups/s vs\n"
+      "                       batch size) and DIR/emc-bench.jsonl; needs python3 + matplotlib\n"
       "  --out FILE           append the JSON lines to FILE too\n"
-      "  --help\n"
+      "  -h, --help\n"
       "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
       "deltas over the measured batches, gauges (bytes_in_use, ...) are read after them.\n"
-      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error, 64 bad usage.\n");
+      "Hit ratios per distinct key per batch (hit_ratio_distinct, lru_*, opt_*, mrc lines)\n"
+      "count each batch's distinct (table, id) keys once; hit_ratio counts every lookup.\n"
+      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error, 3 --plot failed,\n"
+      "64 bad usage.\n");
 }
 
 static int parse_double(const char *s, double *out) {
@@ -137,6 +161,7 @@ enum {
   OPT_BATCH, OPT_BATCHES, OPT_WARMUP, OPT_CACHE_FRAC, OPT_T1, OPT_T2, OPT_BACKEND, OPT_KEY_BITS,
   OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
   OPT_PER_TABLE, OPT_NO_PER_TABLE
+  OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT
 };
 
 /* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
@@ -168,6 +193,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"help", no_argument, NULL, OPT_HELP},
       {"per-table", no_argument, NULL, OPT_PER_TABLE},
       {"no-per-table", no_argument, NULL, OPT_NO_PER_TABLE},
+      {"sweep-batch", required_argument, NULL, OPT_SWEEP_BATCH},
+      {"mrc", no_argument, NULL, OPT_MRC},
+      {"mrc-points", required_argument, NULL, OPT_MRC_POINTS},
+      {"mrc-opt-points", required_argument, NULL, OPT_MRC_OPT_POINTS},
+      {"plot", required_argument, NULL, OPT_PLOT},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->preset = "criteo-kaggle";
@@ -191,12 +221,14 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   o->seed = 1;
   o->lru_check = 1;
   o->per_table = -1;
+  o->mrc_points = 60;
+  o->mrc_opt_points = 8;
 
   int c;
   uint64_t u = 0;
   double d = 0;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     const char *a = optarg;
     switch (c) {
       case OPT_PRESET:
@@ -285,6 +317,24 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_LRU: o->lru_check = 1; break;
       case OPT_NO_LRU: o->lru_check = 0; break;
       case OPT_OUT: o->out = a; break;
+      case OPT_SWEEP_BATCH:
+        if (parse_list(a, o->batch_sizes, &o->n_batch_sizes) != 0) goto bad;
+        for (size_t i = 0; i < o->n_batch_sizes; i++)
+          if (!(o->batch_sizes[i] >= 1 && o->batch_sizes[i] <= (1u << 24)) ||
+              o->batch_sizes[i] != floor(o->batch_sizes[i]))
+            goto bad;
+        break;
+      case OPT_MRC: o->mrc = 1; break;
+      case OPT_MRC_POINTS:
+        if (parse_u64(a, &u) != 0 || u < 2 || u > 100000) goto bad;
+        o->mrc_points = (size_t)u;
+        break;
+      case OPT_MRC_OPT_POINTS:
+        if (parse_u64(a, &u) != 0 || u > 1000) goto bad;
+        o->mrc_opt_points = (size_t)u;
+        break;
+      case OPT_PLOT: o->plot_dir = a; break;
+      case 'h':
       case OPT_HELP: usage(stdout); return 1;
       case OPT_PER_TABLE: o->per_table = 1; break;
       case OPT_NO_PER_TABLE: o->per_table = 0; break;
@@ -308,6 +358,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     return -1;
   }
   if (o->per_table < 0) o->per_table = strcmp(o->preset, "criteo-kaggle") == 0;
+  if (o->n_batch_sizes == 0) {
+    o->batch_sizes[0] = (double)o->batch;
+    o->n_batch_sizes = 1;
+  }
   if (o->all_hit && o->n_fracs > 1) {
     fprintf(stderr, "emc-bench: --all-hit sizes the cache itself; drop --sweep-cache\n");
     return -1;
@@ -370,6 +424,29 @@ static const char *backend_name(emc_backend b) {
   return "unknown";
 }
 
+/* Why a cache created with `requested` runs on `got`: the user's choice, or what AUTO saw
+ * (emc_device_count, the test AUTO makes). */
+static void backend_reason(emc_backend requested, emc_backend got, char *why, size_t len) {
+  int n = 0;
+  emc_status st;
+  if (requested != EMC_BACKEND_AUTO) {
+    snprintf(why, len, "requested (--backend %s)", backend_name(requested));
+    return;
+  }
+  st = emc_device_count(&n);
+  if (st == EMC_OK)
+    snprintf(why, len, "auto: %d CUDA device%s answer%s, device 0 used", n, n == 1 ? "" : "s",
+             n == 1 ? "s" : "");
+  else if (st == EMC_EUNSUPPORTED)
+    snprintf(why, len, "auto: this embcache was built without CUDA");
+  else { /* the detail without its "emc_device_count: " prefix */
+    const char *d = emc_last_error_detail(), *colon = strstr(d, ": ");
+    snprintf(why, len, "auto: no CUDA device: %s", colon ? colon + 2 : d);
+  }
+  if ((got == EMC_BACKEND_CUDA) != (st == EMC_OK)) /* AUTO saw something else at create */
+    snprintf(why + strlen(why), len - strlen(why), " (but the cache chose %s)", backend_name(got));
+}
+
 /* ------------------------------------------------------------------ the run */
 typedef struct bench_ctx {
   const bench_opts *o;
@@ -392,7 +469,26 @@ typedef struct bench_ctx {
   emct_dedup dedup;
   FILE *out_file;
   emcb_pt pt;              /* per-table baseline stores (o->per_table) */
+  FILE *plot_file;         /* --plot: DIR/emc-bench.jsonl */
+  uint64_t *key_base;      /* n_tables: the sizing key of (t, id) is key_base[t] + id */
+  emct_mrc mrc;            /* --mrc: the current trace's curve (valid while have_mrc) */
+  int have_mrc;
+  sizing_point cfg[2 * MAX_SWEEP]; /* --mrc: this trace's configured sizes (t2, t1 rows) */
+  size_t n_cfg;
+  char backend_why[512];   /* why the cache runs where it does (backend_reason) */
 } bench_ctx;
+
+/* One JSON line to stdout, --out and --plot's file. */
+static void emit_line(const char *line, void *ctx) {
+  const bench_ctx *b = ctx;
+  fputs(line, stdout);
+  fflush(stdout);
+  if (b->out_file) {
+    fputs(line, b->out_file);
+    fflush(b->out_file);
+  }
+  if (b->plot_file) fputs(line, b->plot_file);
+}
 
 static const uint64_t *batch_ids(const bench_ctx *b, size_t i) {
   return b->trace + i * b->batch_ids;
@@ -489,6 +585,18 @@ static int pt_check(void *ctx, size_t i, const unsigned char *rows) {
   return 0;
 }
 
+/* ... and batch i's hits per distinct key, as the global cache's are counted. */
+static void pt_distinct(void *ctx, size_t i, const uint8_t *where, uint64_t *hits, uint64_t *keys) {
+  bench_ctx *b = ctx;
+  size_t m = 0;
+  if (emct_dedup_batch(&b->dedup, batch_ids(b, i), b->offsets, b->n_tables, b->first, &m) != 0) {
+    fprintf(stderr, "emc-bench: out of memory (dedup)\n");
+    exit(EXIT_EMC);
+  }
+  for (size_t k = 0; k < m; k++) *hits += where[b->first[k]] == EMC_WHERE_CACHE;
+  *keys += m;
+}
+
 /* One configuration (alpha already in the trace, cache fraction frac). Returns the exit
  * status contribution (0 or EXIT_WRONG). */
 static int run_config(bench_ctx *b, double alpha, double frac) {
@@ -524,6 +632,11 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   emc_cache *cache = NULL;
   EMC_CHECK("emc_cache_create", emc_cache_create(b->store, &cfg, &cache));
   emc_backend be = emc_cache_backend(cache);
+  if (!b->backend_why[0]) {
+    backend_reason(o->backend, be, b->backend_why, sizeof b->backend_why);
+    fprintf(stderr, "emc-bench: backend %s (%s); host allocator: %s\n", backend_name(be),
+            b->backend_why, emc_host_allocator());
+  }
   fprintf(stderr, "emc-bench: alpha %g, cache %.4g of the store (%zu bytes), backend %s%s\n",
           alpha, (double)capacity / (double)b->total_bytes, capacity, backend_name(be),
           o->all_hit ? " (all-hit)" : "");
@@ -605,13 +718,26 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
 
   /* ---- exact LRU */
   double lru_t2 = NAN, lru_t1 = NAN, plru_t2 = NAN, plru_t1 = NAN;
+  const uint64_t c2 = (uint64_t)((double)capacity * o->t2);
+  const uint64_t c1 = (uint64_t)((double)capacity * o->t1);
   if (o->lru_check) {
-    const uint64_t c2 = (uint64_t)((double)capacity * o->t2);
-    const uint64_t c1 = (uint64_t)((double)capacity * o->t1);
     lru_t2 = lru_ratio(b, c2, 0);
     lru_t1 = lru_ratio(b, c1, 0);
     plru_t2 = lru_ratio(b, c2, 1);
     plru_t1 = lru_ratio(b, c1, 1);
+  }
+
+  /* ---- sizing (--mrc): the same two sizes on the stack-distance curve, and OPT there */
+  double mrc_t2 = NAN, mrc_t1 = NAN, opt_t2 = NAN, opt_t1 = NAN;
+  if (b->have_mrc) {
+    mrc_t2 = sizing_lru_ratio(&b->mrc, c2 / b->stride);
+    mrc_t1 = sizing_lru_ratio(&b->mrc, c1 / b->stride);
+    opt_t2 = sizing_opt_ratio(&b->mrc, c2 / b->stride);
+    opt_t1 = sizing_opt_ratio(&b->mrc, c1 / b->stride);
+    if (b->n_cfg + 2 <= sizeof b->cfg / sizeof b->cfg[0]) {
+      b->cfg[b->n_cfg++] = (sizing_point){c2 / b->stride, "t2"};
+      b->cfg[b->n_cfg++] = (sizing_point){c1 / b->stride, "t1"};
+    }
   }
 
   emc_stats gauges = s1;
@@ -622,7 +748,8 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   memset(&pt, 0, sizeof pt);
   if (o->per_table) {
     int pst = emcb_pt_run(&b->pt, &cfg, capacity, pt_ids, b->offsets, b->row_bytes, o->warmup,
-                          o->batches, o->all_hit, b->out, NULL, NULL, 0, pt_check, b, &pt);
+                          o->batches, o->all_hit, b->out, NULL, NULL, 0, pt_check, b->where,
+                          pt_distinct, b, &pt);
     if (pst != 0) die_emc("the per-table baseline", (emc_status)pst);
     if (!pt.rows_ok) {
       fprintf(stderr, "emc-bench: per-table baseline: wrong rows\n");
@@ -662,6 +789,9 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "t1", o->t1);
   jl_num(&j, "t2", o->t2);
   jl_str(&j, "backend", backend_name(be));
+  jl_str(&j, "backend_requested", backend_name(o->backend));
+  jl_str(&j, "backend_reason", b->backend_why);
+  jl_str(&j, "host_allocator", emc_host_allocator());
   jl_u64(&j, "key_bits", o->key_bits);
   jl_u64(&j, "seed", o->seed);
   jl_bool(&j, "all_hit", o->all_hit);
@@ -680,6 +810,13 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
     jl_num(&j, "lru_phased_hit_ratio_t2", plru_t2);
     jl_num(&j, "lru_phased_hit_ratio_t1", plru_t1);
     jl_bool(&j, "lru_phased_in_range", hit_distinct >= plru_t2 && hit_distinct <= plru_t1);
+  }
+  if (b->have_mrc) {
+    jl_u64(&j, "cache_rows", capacity / b->stride);
+    jl_num(&j, "mrc_lru_hit_ratio_t2", mrc_t2);
+    jl_num(&j, "mrc_lru_hit_ratio_t1", mrc_t1);
+    jl_num(&j, "opt_hit_ratio_t2", opt_t2);
+    jl_num(&j, "opt_hit_ratio_t1", opt_t1);
   }
   jl_num(&j, "seconds", t_cache);
   jl_num(&j, "warmup_seconds", tw);
@@ -709,6 +846,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "ratio_vs_gather", lps / glps);
   if (o->per_table) {
     jl_num(&j, "per_table_hit_ratio", pt.hit_ratio);
+    jl_num(&j, "per_table_hit_ratio_distinct", pt.hit_ratio_distinct);
     jl_num(&j, "per_table_lookups_per_s", pt.lookups_per_s);
     jl_u64(&j, "per_table_min_capacity", pt.min_capacity);
     jl_num(&j, "global_vs_per_table_speed", lps / pt.lookups_per_s);
@@ -716,12 +854,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_u64(&j, "rows_checked", checked);
   jl_bool(&j, "rows_ok", !wrong);
   if (jl_end(&j) != 0) fputs("emc-bench: result line truncated\n", stderr);
-  fputs(j.buf, stdout);
-  fflush(stdout);
-  if (b->out_file) {
-    fputs(j.buf, b->out_file);
-    fflush(b->out_file);
-  }
+  emit_line(j.buf, b);
 
   fprintf(stderr, "emc-bench:   hit %.4f (distinct %.4f", hit_ratio, hit_distinct);
   if (o->lru_check)
@@ -764,6 +897,18 @@ int main(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
+  char plot_jsonl[4096] = "";
+  if (o.plot_dir) { /* every line also goes to DIR/emc-bench.jsonl, which the plot reads */
+    snprintf(plot_jsonl, sizeof plot_jsonl, "%s/emc-bench.jsonl", o.plot_dir);
+    if ((mkdir(o.plot_dir, 0777) != 0 && errno != EEXIST) ||
+        !(b.plot_file = fopen(plot_jsonl, "w"))) {
+      fprintf(stderr, "emc-bench: --plot %s: %s\n", o.plot_dir, strerror(errno));
+      return EXIT_USAGE;
+    }
+  }
+  b.key_base = xmalloc(b.n_tables * sizeof *b.key_base);
+  for (uint32_t t = 0; t < b.n_tables; t++)
+    b.key_base[t] = t ? b.key_base[t - 1] + b.rows[t - 1] : 0;
 
   /* ---- store */
   fprintf(stderr, "emc-bench: building store: %s, %" PRIu32 " tables, %" PRIu64
@@ -789,45 +934,89 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "emc-bench: store ready in %.2f s\n", now_s() - t0);
 
-  /* ---- buffers */
-  b.batch_ids = (size_t)b.n_tables * o.batch;
+  /* ---- buffers, sized for the largest batch of the sweep */
+  size_t max_batch = 0;
+  for (size_t i = 0; i < o.n_batch_sizes; i++)
+    if ((size_t)o.batch_sizes[i] > max_batch) max_batch = (size_t)o.batch_sizes[i];
+  b.batch_ids = (size_t)b.n_tables * max_batch;
   b.n_batches = o.warmup + o.batches;
   b.trace = xmalloc(b.n_batches * b.batch_ids * sizeof *b.trace);
   b.offsets = xmalloc((b.n_tables + 1) * sizeof *b.offsets);
-  for (uint32_t t = 0; t <= b.n_tables; t++) b.offsets[t] = (uint64_t)t * o.batch;
-  EMC_CHECK("emc_batch_bytes", emc_batch_bytes(b.store, b.offsets, &b.out_bytes));
-  if (b.out_bytes != b.batch_ids * b.row_bytes) {
-    fprintf(stderr, "emc-bench: emc_batch_bytes gave %zu, expected %zu\n", b.out_bytes,
-            (size_t)(b.batch_ids * b.row_bytes));
-    return EXIT_WRONG;
-  }
-  b.out = xmalloc(b.out_bytes);
+  b.out = xmalloc(b.batch_ids * b.row_bytes);
   b.expect = xmalloc(b.row_bytes);
   b.where = xmalloc(b.batch_ids);
   b.first = xmalloc(b.batch_ids * sizeof *b.first);
   emct_dedup_init(&b.dedup);
 
   int rc = 0;
-  for (size_t a = 0; a < o.n_alphas; a++) {
-    /* ---- trace: generated once per alpha, reused for every cache size */
-    t0 = now_s();
-    emct_gen g;
-    if (emct_gen_init(&g, b.rows, b.n_tables, o.dist, o.alphas[a], o.seed ^ 0x7ace7ace7aceull) !=
-        0) {
-      fprintf(stderr, "emc-bench: trace generator setup failed\n");
-      return EXIT_EMC;
+  for (size_t bs = 0; bs < o.n_batch_sizes; bs++) {
+    o.batch = (size_t)o.batch_sizes[bs];
+    b.batch_ids = (size_t)b.n_tables * o.batch;
+    for (uint32_t t = 0; t <= b.n_tables; t++) b.offsets[t] = (uint64_t)t * o.batch;
+    EMC_CHECK("emc_batch_bytes", emc_batch_bytes(b.store, b.offsets, &b.out_bytes));
+    if (b.out_bytes != b.batch_ids * b.row_bytes) {
+      fprintf(stderr, "emc-bench: emc_batch_bytes gave %zu, expected %zu\n", b.out_bytes,
+              (size_t)(b.batch_ids * b.row_bytes));
+      return EXIT_WRONG;
     }
-    uint64_t *off = xmalloc((b.n_tables + 1) * sizeof *off);
-    for (size_t i = 0; i < b.n_batches; i++)
-      emct_gen_batch(&g, o.batch, b.trace + i * b.batch_ids, off);
-    free(off);
-    emct_gen_free(&g);
-    fprintf(stderr, "emc-bench: trace of %zu batches x %zu ids (alpha %g) in %.2f s\n",
-            b.n_batches, b.batch_ids, o.alphas[a], now_s() - t0);
+    for (size_t a = 0; a < o.n_alphas; a++) {
+      /* ---- trace: generated once per alpha, reused for every cache size */
+      t0 = now_s();
+      emct_gen g;
+      if (emct_gen_init(&g, b.rows, b.n_tables, o.dist, o.alphas[a],
+                        o.seed ^ 0x7ace7ace7aceull) != 0) {
+        fprintf(stderr, "emc-bench: trace generator setup failed\n");
+        return EXIT_EMC;
+      }
+      uint64_t *off = xmalloc((b.n_tables + 1) * sizeof *off);
+      for (size_t i = 0; i < b.n_batches; i++)
+        emct_gen_batch(&g, o.batch, b.trace + i * b.batch_ids, off);
+      free(off);
+      emct_gen_free(&g);
+      fprintf(stderr, "emc-bench: trace of %zu batches x %zu ids (alpha %g) in %.2f s\n",
+              b.n_batches, b.batch_ids, o.alphas[a], now_s() - t0);
 
-    for (size_t f = 0; f < o.n_fracs; f++) {
-      int r = run_config(&b, o.alphas[a], o.fracs[f]);
-      if (r > rc) rc = r;
+      /* ---- sizing: the trace's LRU curve before the configurations (they report on it) */
+      if (o.mrc) {
+        if (sizing_feed(&b.mrc, b.trace, b.n_batches, b.batch_ids, o.warmup, o.all_hit,
+                        b.offsets, b.n_tables, b.key_base, b.total_rows) != 0)
+          return EXIT_EMC;
+        b.have_mrc = 1;
+        b.n_cfg = 0;
+      }
+
+      for (size_t f = 0; f < o.n_fracs; f++) {
+        int r = run_config(&b, o.alphas[a], o.fracs[f]);
+        if (r > rc) rc = r;
+      }
+
+      if (b.have_mrc) {
+        const sizing_trace tr = {
+            .version = emc_version_string(), .preset = o.preset,
+            .dtype = o.dtype == EMC_DTYPE_F16 ? "f16" : "f32",
+            .dist = o.dist == EMCT_DIST_ZIPF ? "zipf" : "uniform",
+            .scale = strcmp(o.preset, "criteo-kaggle") == 0 ? o.scale : NAN,
+            .alpha = o.dist == EMCT_DIST_ZIPF ? o.alphas[a] : NAN, .tables = b.n_tables,
+            .total_rows = b.total_rows, .dim = o.dim, .batch = o.batch, .batches = o.batches,
+            .warmup = o.warmup, .seed = o.seed, .stride = b.stride};
+        if (sizing_report(&b.mrc, &tr, b.cfg, b.n_cfg, o.mrc_points, o.mrc_opt_points, emit_line,
+                          &b) != 0) {
+          fprintf(stderr, "emc-bench: mrc: out of memory\n");
+          return EXIT_EMC;
+        }
+        emct_mrc_free(&b.mrc);
+        b.have_mrc = 0;
+      }
+    }
+  }
+
+  if (b.plot_file) {
+    fclose(b.plot_file);
+    b.plot_file = NULL;
+    int pst = sizing_plot(o.plot_dir, plot_jsonl);
+    if (pst != 0) {
+      fprintf(stderr, "emc-bench: --plot failed (status %d)\n", pst);
+      if (rc == 0) rc = EXIT_PLOT;
     }
   }
 
@@ -838,6 +1027,7 @@ int main(int argc, char **argv) {
   free(b.out);
   free(b.offsets);
   free(b.trace);
+  free(b.key_base);
   free(b.rows);
   emc_store_destroy(b.store);
   emcb_pt_free(&b.pt);

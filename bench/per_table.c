@@ -61,8 +61,11 @@ int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
                 const uint64_t *(*ids)(void *ctx, size_t i), const uint64_t *offsets,
                 size_t row_bytes, size_t warmup, size_t batches, int warm_measured,
                 unsigned char *out, void *stream, void (*sync)(void *ctx), int sync_each,
-                int (*check)(void *ctx, size_t i, const unsigned char *out), void *ctx,
-                emcb_pt_result *r) {
+                int (*check)(void *ctx, size_t i, const unsigned char *out), uint8_t *where,
+                void (*distinct)(void *ctx, size_t i, const uint8_t *where, uint64_t *hits,
+                                 uint64_t *keys),
+                void *ctx, emcb_pt_result *r) {
+  uint64_t d_hits = 0, d_keys = 0;
   uint32_t T = p->n_tables, t;
   emc_cache **caches = calloc(T, sizeof *caches);
   emc_stats *s0 = calloc(T, sizeof *s0);
@@ -88,8 +91,9 @@ int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
 #define RUN_BATCH(i)                                                                   \
   for (t = 0; t < T && st == 0; t++) {                                                 \
     uint64_t seg[2] = {0, offsets[t + 1] - offsets[t]};                                \
-    st = emc_lookup(caches[t], ids(ctx, (i)) + offsets[t], seg,                        \
-                    out + offsets[t] * row_bytes, stream);                             \
+    st = emc_lookup_ex(caches[t], ids(ctx, (i)) + offsets[t], seg,                     \
+                       out + offsets[t] * row_bytes, where ? where + offsets[t] : NULL, \
+                       stream);                                                        \
   }                                                                                    \
   if (sync && sync_each && st == 0) sync(ctx);
   for (i = 0; i < warmup && st == 0; i++) {
@@ -104,10 +108,11 @@ int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
     double t0 = now_s();
     for (i = 0; i < batches && st == 0; i++) {
       RUN_BATCH(warmup + i)
-      if (st == 0 && i == 0 && check) { /* untimed */
+      if (st == 0 && ((i == 0 && check) || (where && distinct))) { /* untimed */
         double tc = now_s();
         if (sync) sync(ctx);
-        if (check(ctx, warmup + i, out) != 0) r->rows_ok = 0;
+        if (i == 0 && check && check(ctx, warmup + i, out) != 0) r->rows_ok = 0;
+        if (where && distinct) distinct(ctx, warmup + i, where, &d_hits, &d_keys);
         t0 += now_s() - tc;
       }
     }
@@ -128,6 +133,7 @@ int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
     if (st == 0) st = d;
   }
   r->hit_ratio = r->lookups ? (double)r->hits / (double)r->lookups : NAN;
+  r->hit_ratio_distinct = d_keys ? (double)d_hits / (double)d_keys : NAN;
   r->lookups_per_s = r->seconds > 0 ? (double)r->lookups / r->seconds : NAN;
   free(caches);
   free(s0);

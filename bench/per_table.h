@@ -27,6 +27,7 @@ typedef struct emcb_pt {
 typedef struct emcb_pt_result {
   uint64_t lookups, hits;
   double hit_ratio;      /* hits / lookups over the measured batches */
+  double hit_ratio_distinct; /* hits per distinct key per batch (NAN without `distinct`) */
   double seconds;        /* wall time of the measured batches (each synced) */
   double lookups_per_s;
   size_t min_capacity;   /* the smallest table budget handed out */
@@ -45,12 +46,16 @@ void emcb_pt_free(emcb_pt *p);
  * memory, as the backend takes them), laid out by `offsets` (host); out: a buffer for one batch
  * (host or device); sync(ctx) waits for the calls enqueued so far (NULL: the calls block): it
  * ends the timed loop, and runs after each batch with sync_each. check(ctx, i, out) returns 0
- * when batch i's rows in out are right (NULL: not checked). 0 or an emc_status. */
+ * when batch i's rows in out are right (NULL: not checked). where: host memory for one
+ * batch's emc_where values (NULL: not asked for); with it, distinct(ctx, i, where, &hits,
+ * &keys) adds measured batch i's distinct-key hits and distinct keys. 0 or an emc_status. */
 int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
                 const uint64_t *(*ids)(void *ctx, size_t i), const uint64_t *offsets,
                 size_t row_bytes, size_t warmup, size_t batches, int warm_measured,
                 unsigned char *out, void *stream, void (*sync)(void *ctx), int sync_each,
-                int (*check)(void *ctx, size_t i, const unsigned char *out), void *ctx,
-                emcb_pt_result *r);
+                int (*check)(void *ctx, size_t i, const unsigned char *out), uint8_t *where,
+                void (*distinct)(void *ctx, size_t i, const uint8_t *where, uint64_t *hits,
+                                 uint64_t *keys),
+                void *ctx, emcb_pt_result *r);
 
 #endif /* EMC_BENCH_PER_TABLE_H */

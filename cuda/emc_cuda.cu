@@ -4,6 +4,7 @@
  * lookup kernel's cooperative probe over a host-built index, both compared with the host's
  * answers byte for byte.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 
 #include "dev.cuh"
@@ -16,9 +17,24 @@ static int emc__cuda_ok(cudaError_t e, char *err, size_t err_len) {
   return 0;
 }
 
+/* cudaGetDeviceCount answers cudaErrorInsufficientDriver ("driver version is insufficient")
+ * both for an old driver and for no driver at all. The runtime reaches the driver through
+ * libcuda.so.1: if that cannot be loaded, there is no driver, and the error says so. */
 extern "C" int emc__cuda_device_count(char *err, size_t err_len) {
   int n = 0;
-  if (!emc__cuda_ok(cudaGetDeviceCount(&n), err, err_len)) return -1;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaErrorInsufficientDriver) {
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!drv) {
+      const char *why = dlerror();
+      (void)cudaGetLastError();
+      if (err && err_len)
+        snprintf(err, err_len, "no NVIDIA driver found (%s)", why ? why : "libcuda.so.1 not loadable");
+      return -1;
+    }
+    dlclose(drv);
+  }
+  if (!emc__cuda_ok(e, err, err_len)) return -1;
   return n;
 }
 

@@ -89,6 +89,17 @@ EMC_API unsigned emc_version(void);
 /* Runtime version string of the linked library ("0.1.0"); static storage. */
 EMC_API const char *emc_version_string(void);
 
+/* Which allocator serves the library's big host allocations (store rows, hashed-table maps,
+ * the host backend's pools and index), as static text that starts with "jemalloc" or
+ * "system" and says why. jemalloc (its mallocx API on private arenas) is used when the
+ * process has libjemalloc.so.2 loaded or can load it: programs linked through the CMake
+ * package or pkg-config link it at start-up. A library loaded later with dlopen (Python's
+ * ctypes) usually cannot load it (its initial-exec TLS needs room in the static TLS block
+ * that only start-up provides) and uses "system": mmap with MADV_HUGEPAGE for blocks of
+ * 1 MiB and more, posix_memalign below. Decided once per process, at the first allocation;
+ * EMC_HOST_ALLOCATOR=system in the environment forces "system". Never NULL. */
+EMC_API const char *emc_host_allocator(void);
+
 /* ----------------------------------------------------------------- status */
 /* X-macro: name, value, text. The enum, emc_status_name and emc_strerror come from it. */
 #define EMC_STATUS_MAP(X)                                                               \
@@ -149,7 +160,8 @@ EMC_API size_t emc_dtype_size(emc_dtype d);
 typedef struct emc_store emc_store;
 
 /* Create a store of n_tables tables in host memory, every dense row zero, every hashed
- * table empty. Each table's rows live in one 64-byte-aligned jemalloc allocation.
+ * table empty. Each table's rows live in one 64-byte-aligned allocation (jemalloc, or mmap
+ * where jemalloc cannot be used: see emc_host_allocator).
  *   tables: host array of n_tables descriptors (names are copied).
  *   out:    receives the store; untouched on failure.
  * Errors: EMC_EINVAL (NULL tables/out, n_tables 0 or > EMC_MAX_TABLES, rows 0 or >
@@ -247,6 +259,14 @@ typedef struct emc_cache_config {
 EMC_API void emc_cache_config_init(emc_cache_config *cfg);
 
 typedef struct emc_cache emc_cache;
+
+/* Number of CUDA devices the CUDA backend can use: what EMC_BACKEND_AUTO looks at (it picks
+ * CUDA when cfg->device is below this count).
+ *   out: receives the count (>= 1); untouched on failure.
+ * Errors: EMC_EINVAL (NULL out), EMC_ENODEV (no device; the detail says why: "no NVIDIA
+ * driver found (...)" where none is installed, else the CUDA runtime's error, or 0 devices),
+ * EMC_EUNSUPPORTED (built without CUDA). Blocking (initialises the CUDA runtime). */
+EMC_API emc_status emc_device_count(int *out);
 
 /* Create a cache over `store` and attach it (a store serves at most one cache).
  *   cfg: NULL for defaults; otherwise cfg->struct_size must be sizeof(emc_cache_config)

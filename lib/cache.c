@@ -56,6 +56,23 @@ static emc_status pick_backend(emc_cache_config *cfg) {
 #endif
 }
 
+emc_status emc_device_count(int *out) {
+#ifdef EMC_HAVE_CUDA
+  char err[256] = "";
+  int n;
+#endif
+  if (!out) return EMC_FAIL(EMC_EINVAL, "out is NULL");
+#ifdef EMC_HAVE_CUDA
+  n = emc__cuda_device_count(err, sizeof err);
+  if (n < 0) return EMC_FAIL(EMC_ENODEV, "%s", err);
+  if (n == 0) return EMC_FAIL(EMC_ENODEV, "the CUDA runtime reports 0 devices");
+  *out = n;
+  return EMC_OK;
+#else
+  return EMC_FAIL(EMC_EUNSUPPORTED, "embcache was built without CUDA");
+#endif
+}
+
 /* Backend dispatch: every call below has been validated as far as the host can see. */
 #ifdef EMC_HAVE_CUDA
 #define IS_CUDA(c) ((c)->backend == EMC_BACKEND_CUDA)

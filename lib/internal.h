@@ -33,8 +33,9 @@ EMC_INTERNAL emc_status emc__fail(emc_status st, const char *func, const char *f
     if (emc_try_st_ != EMC_OK) return emc_try_st_; \
   } while (0)
 
-/* jemalloc: big host allocations go through mallocx/dallocx on the library's own arena, so
- * they never mix with the application's malloc. Returns NULL on failure. */
+/* Big host allocations: jemalloc's mallocx/dallocx on the library's own arena where the
+ * process has libjemalloc loaded (so they never mix with the application's malloc), else mmap /
+ * posix_memalign (lib/alloc.c; emc_host_allocator() says which). Returns NULL on failure. */
 EMC_INTERNAL void *emc__alloc(size_t bytes, size_t align, int zero);
 EMC_INTERNAL void emc__free(void *p, size_t bytes);
 /* A private jemalloc arena (0 when none could be made: the default arena is used). */
@@ -42,6 +43,12 @@ EMC_INTERNAL unsigned emc__arena_create(void);
 EMC_INTERNAL void emc__arena_destroy(unsigned arena);
 /* emc__alloc in `arena` (0: default), bypassing the thread cache. */
 EMC_INTERNAL void *emc__alloc_in(unsigned arena, size_t bytes, size_t align, int zero);
+/* lib/alloc.c, the provider behind the four calls above: bytes >= 1, align a power of two
+ * >= 16. emc__sys_free accepts NULL. */
+EMC_INTERNAL unsigned emc__sys_arena_create(void);
+EMC_INTERNAL void emc__sys_arena_destroy(unsigned arena);
+EMC_INTERNAL void *emc__sys_alloc(unsigned arena, size_t bytes, size_t align, int zero);
+EMC_INTERNAL void emc__sys_free(void *p);
 
 /* ------------------------------------------------------------------ store */
 typedef struct emc__table {

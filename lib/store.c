@@ -1,7 +1,7 @@
 /*
  * store.c: the CPU embedding store, the source of truth for every row.
  *
- * Each table's rows live in one 64-byte-aligned jemalloc allocation (one arena per store) at
+ * Each table's rows live in one 64-byte-aligned emc__alloc_in block (one arena per store) at
  * the stride emc__row_stride(row_bytes). Hashed tables add a flat open-addressing map
  * id -> row (linear probing, power-of-two capacity >= 2 * rows, never deleted from) and an
  * append-only row -> id array, which lets the cache validate a unified-index entry.

@@ -3,14 +3,14 @@
 #
 # Idempotent: only packages that dpkg does not report as installed are installed, and
 # `apt-get update` runs only when something is missing. Uses sudo only when not root and
-# sudo exists. Then makes sure `python3 -c 'import numpy'` works (pip first; on a PEP 668
-# "externally managed" interpreter: apt's python3-numpy for Debian's own python3, else
-# pip --break-system-packages).
+# sudo exists. Then makes sure `python3 -c 'import numpy, matplotlib'` works (pip first; on a
+# PEP 668 "externally managed" interpreter: apt's python3-numpy / python3-matplotlib for
+# Debian's own python3, else pip --break-system-packages).
 #
 # Environment:
 #   EMC_DEPS_PACKAGES  override the apt package list (space separated)
-#   EMC_SKIP_NUMPY=1   do not check/install numpy
-#   PYTHON             interpreter to provision with numpy (default: python3)
+#   EMC_SKIP_NUMPY=1   do not check/install the Python modules (numpy, matplotlib)
+#   PYTHON             interpreter to provision with them (default: python3)
 set -euo pipefail
 
 PYTHON="${PYTHON:-python3}"
@@ -75,22 +75,16 @@ else
   done
 fi
 
-# ------------------------------------------------------------------ numpy
+# ------------------------------------------------------------------ Python modules
+# numpy (the Python binding, its tests and example) and matplotlib (emc-bench --plot).
 if [[ "${EMC_SKIP_NUMPY:-0}" == "1" ]]; then
-  log "numpy: skipped (EMC_SKIP_NUMPY=1)"
+  log "python modules: skipped (EMC_SKIP_NUMPY=1)"
   exit 0
 fi
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found"
 
-have_numpy() { "$PYTHON" -c 'import numpy' >/dev/null 2>&1; }
-
-if have_numpy; then
-  log "numpy: present ($("$PYTHON" -c 'import numpy; print(numpy.__version__)') for $(command -v "$PYTHON"))"
-  exit 0
-fi
-
 py_real="$(readlink -f "$(command -v "$PYTHON")")"
-# Debian's own interpreter lives in /usr/bin; apt's python3-numpy is importable there.
+# Debian's own interpreter lives in /usr/bin; apt's python3-<module> is importable there.
 is_system_python=0
 [[ "$py_real" == /usr/bin/python3* ]] && is_system_python=1
 
@@ -99,34 +93,47 @@ trap 'rm -f "$pip_log"' EXIT
 pip_opts=(--disable-pip-version-check --no-input -q)
 [[ "$(id -u)" -eq 0 ]] && pip_opts+=(--root-user-action=ignore)
 
-log "numpy: missing for $py_real; trying: $PYTHON -m pip install numpy"
-if "$PYTHON" -m pip install "${pip_opts[@]}" numpy >"$pip_log" 2>&1 && have_numpy; then
-  log "numpy: installed with pip"
-  exit 0
-fi
-sed 's/^/  pip: /' "$pip_log" | tail -n 15 >&2
+have_module() { "$PYTHON" -c "import $1" >/dev/null 2>&1; }
 
-# PEP 668 ("externally-managed-environment") or no pip module at all.
-if [[ $is_system_python -eq 1 ]] && command -v apt-get >/dev/null 2>&1 && can_install; then
-  log "numpy: falling back to apt python3-numpy (Debian's python3)"
-  if apt_install python3-numpy && have_numpy; then
-    log "numpy: installed with apt"
-    exit 0
+# ensure_module MODULE APT_PACKAGE: pip first; on a PEP 668 "externally managed" interpreter
+# apt's package for Debian's own python3, else pip --break-system-packages; ensurepip when
+# the interpreter has no pip at all.
+ensure_module() {
+  local mod=$1 apt_pkg=$2
+  if have_module "$mod"; then
+    log "$mod: present ($("$PYTHON" -c "import $mod; print($mod.__version__)") for $py_real)"
+    return 0
   fi
-fi
-if grep -qi 'externally-managed' "$pip_log"; then
-  log "numpy: falling back to pip --break-system-packages"
-  if "$PYTHON" -m pip install "${pip_opts[@]}" --break-system-packages numpy && have_numpy; then
-    log "numpy: installed with pip --break-system-packages"
-    exit 0
+  log "$mod: missing for $py_real; trying: $PYTHON -m pip install $mod"
+  if "$PYTHON" -m pip install "${pip_opts[@]}" "$mod" >"$pip_log" 2>&1 && have_module "$mod"; then
+    log "$mod: installed with pip"
+    return 0
   fi
-fi
-if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
-  log "numpy: $PYTHON has no pip; trying ensurepip"
-  if "$PYTHON" -m ensurepip --upgrade >/dev/null 2>&1 \
-     && "$PYTHON" -m pip install "${pip_opts[@]}" numpy && have_numpy; then
-    log "numpy: installed with pip (after ensurepip)"
-    exit 0
+  sed 's/^/  pip: /' "$pip_log" | tail -n 15 >&2
+  if [[ $is_system_python -eq 1 ]] && command -v apt-get >/dev/null 2>&1 && can_install; then
+    log "$mod: falling back to apt $apt_pkg (Debian's python3)"
+    if apt_install "$apt_pkg" && have_module "$mod"; then
+      log "$mod: installed with apt"
+      return 0
+    fi
   fi
-fi
-die "could not make 'import numpy' work for $py_real"
+  if grep -qi 'externally-managed' "$pip_log"; then
+    log "$mod: falling back to pip --break-system-packages"
+    if "$PYTHON" -m pip install "${pip_opts[@]}" --break-system-packages "$mod" && have_module "$mod"; then
+      log "$mod: installed with pip --break-system-packages"
+      return 0
+    fi
+  fi
+  if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+    log "$mod: $PYTHON has no pip; trying ensurepip"
+    if "$PYTHON" -m ensurepip --upgrade >/dev/null 2>&1 \
+       && "$PYTHON" -m pip install "${pip_opts[@]}" "$mod" && have_module "$mod"; then
+      log "$mod: installed with pip (after ensurepip)"
+      return 0
+    fi
+  fi
+  die "could not make 'import $mod' work for $py_real"
+}
+
+ensure_module numpy python3-numpy
+ensure_module matplotlib python3-matplotlib

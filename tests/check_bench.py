@@ -1,10 +1,23 @@
 #!/usr/bin/env python3
 """The cache bench's contract, on small host-backend workloads: exit 0, one JSON object per
 configuration on stdout, the same lines appended to --out, the fields a reader of the line
-relies on with consistent values; --all-hit really is all hits.
+relies on with consistent values; --all-hit really is all hits; -h is --help.
 
-usage: check_bench.py EMC_BENCH_BINARY
+Sizing mode (--mrc, --sweep-batch, --plot): the stack-distance curve at the configured sizes
+equals the exact LRU simulation's hit ratio on the same trace (mrc_lru_hit_ratio_t2/_t1 ==
+lru_hit_ratio_t2/_t1, and the "t2"/"t1" curve lines agree), OPT >= LRU at every size where
+OPT is computed, both curves are monotone and end at 1 - cold_misses / accesses, one trace per
+batch size, and --plot writes valid PNG files (signature checked). The PNG part is skipped,
+saying so, only when matplotlib cannot be imported (make deps installs it).
+
+What a new user trips over: --backend auto says which backend it picked and why
+(backend_reason, and a stderr line); with EMC_BENCH_GPU given, emc-bench-gpu -h works and,
+with no device visible (CUDA_VISIBLE_DEVICES=""), it exits 77 saying why ("no NVIDIA driver
+found" where this machine has none).
+
+usage: check_bench.py EMC_BENCH_BINARY [EMC_BENCH_GPU_BINARY]
 """
+import ctypes
 import json
 import os
 import subprocess
@@ -21,7 +34,10 @@ def check(cond, msg):
 
 def run(binary, args, out_path):
     cmd = [binary, "--backend", "host", "--out", out_path] + args
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    # --plot runs plot_bench.py with this interpreter (the one that has matplotlib)
+    env = dict(os.environ, EMC_BENCH_PYTHON=sys.executable)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+                       env=env)
     if p.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)} exited {p.returncode}\n{p.stderr}")
     lines = p.stdout.splitlines()
@@ -35,13 +51,20 @@ def run(binary, args, out_path):
 
 
 def common(o, what):
-    for k in ("bench", "version", "preset", "backend", "lookups", "hits", "hit_ratio",
-              "lookups_per_s", "bytes_in_use", "capacity_bytes", "rows_ok"):
+    for k in ("bench", "version", "preset", "backend", "backend_requested", "backend_reason",
+              "host_allocator", "lookups", "hits", "hit_ratio", "lookups_per_s", "bytes_in_use",
+              "capacity_bytes", "rows_ok"):
         check(k in o, f"{what}: field {k} missing")
     if failures:
         return
     check(o["bench"] == "emc-bench", f"{what}: bench = {o['bench']!r}")
     check(o["backend"] == "host", f"{what}: backend = {o['backend']!r}")
+    check(o["backend_requested"] == "host" and o["backend_reason"].startswith("requested"),
+          f"{what}: backend_requested {o['backend_requested']!r}, reason {o['backend_reason']!r}")
+    want = os.environ.get("EMC_TEST_EXPECT_ALLOCATOR", "jemalloc")  # "system" under ASan
+    check(o["host_allocator"].startswith(want),
+          f"{what}: host_allocator {o['host_allocator']!r}, want {want} (a C program linked "
+          "like emc-bench loads jemalloc at start-up)")
     check(o["rows_ok"] is True, f"{what}: rows_ok = {o['rows_ok']!r}")
     check(o["lookups"] == o["batch"] * o["batches"] * o["tables"],
           f"{what}: lookups {o['lookups']} != batch*batches*tables")
@@ -53,8 +76,126 @@ def common(o, what):
           f"{what}: bytes_in_use {o['bytes_in_use']} above t1 * capacity")
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def sizing(binary, d, small):
+    out = os.path.join(d, "mrc.jsonl")
+    plot_dir = os.path.join(d, "plots")
+    have_mpl = subprocess.run([sys.executable, "-c", "import matplotlib"],
+                              capture_output=True).returncode == 0
+    args = small + ["--sweep-cache", "0.02,0.1", "--sweep-batch", "256,512", "--mrc",
+                    "--mrc-points", "30", "--mrc-opt-points", "6"]
+    if have_mpl:
+        args += ["--plot", plot_dir]
+    _, objs = run(binary, args, out)
+    cfg = [o for o in objs if o.get("record") != "mrc"]
+    mrc = [o for o in objs if o.get("record") == "mrc"]
+    check(len(cfg) == 4, f"--mrc with 2 cache sizes x 2 batch sizes gave {len(cfg)} config lines")
+    check(sorted({o["batch"] for o in cfg}) == [256, 512], "--sweep-batch: batches not 256, 512")
+    for o in cfg:
+        common(o, f"mrc config batch {o.get('batch')} frac {o.get('cache_frac')}")
+        for t in ("t2", "t1"):
+            check(o.get(f"mrc_lru_hit_ratio_{t}") == o.get(f"lru_hit_ratio_{t}"),
+                  f"batch {o['batch']}, frac {o['cache_frac']}: curve at {t} "
+                  f"{o.get(f'mrc_lru_hit_ratio_{t}')} != exact LRU simulation "
+                  f"{o.get(f'lru_hit_ratio_{t}')}")
+            check(o.get(f"opt_hit_ratio_{t}") is not None and
+                  o[f"opt_hit_ratio_{t}"] >= o[f"lru_hit_ratio_{t}"],
+                  f"batch {o['batch']}: OPT at {t} below LRU")
+    for batch in (256, 512):
+        lines = [o for o in mrc if o["batch"] == batch]
+        confs = [o for o in cfg if o["batch"] == batch]
+        check(len(lines) >= 30, f"batch {batch}: {len(lines)} curve lines")
+        at = [o for o in lines if o["at"] in ("t2", "t1")]
+        check(len(at) == 2 * len(confs), f"batch {batch}: {len(at)} t2/t1 lines")
+        for c, (l2, l1) in zip(confs, zip(at[0::2], at[1::2])):
+            check(l2["at"] == "t2" and l1["at"] == "t1", f"batch {batch}: t2/t1 order")
+            check(l2["lru_hit_ratio"] == c["lru_hit_ratio_t2"] and
+                  l1["lru_hit_ratio"] == c["lru_hit_ratio_t1"],
+                  f"batch {batch}: t2/t1 curve lines disagree with the config line")
+        grid = sorted((o for o in lines if o["at"] == "grid"), key=lambda o: o["cache_rows"])
+        pts = sorted(lines, key=lambda o: o["cache_rows"])
+        for a, b in zip(pts, pts[1:]):
+            check(a["lru_hit_ratio"] <= b["lru_hit_ratio"], f"batch {batch}: LRU curve decreases")
+        opt = [o for o in pts if o["opt_hit_ratio"] is not None]
+        check(len(opt) >= 6, f"batch {batch}: OPT at only {len(opt)} sizes")
+        for o in opt:
+            check(o["opt_hit_ratio"] >= o["lru_hit_ratio"],
+                  f"batch {batch}, {o['cache_rows']} rows: OPT {o['opt_hit_ratio']} < LRU "
+                  f"{o['lru_hit_ratio']}")
+        for a, b in zip(opt, opt[1:]):
+            check(a["opt_hit_ratio"] <= b["opt_hit_ratio"], f"batch {batch}: OPT decreases")
+        if grid:
+            top = grid[-1]
+            want = 1 - top["cold_misses"] / top["accesses"]
+            check(top["cache_rows"] == top["lru_saturation_rows"] and
+                  abs(top["lru_hit_ratio"] - want) < 1e-5,
+                  f"batch {batch}: curve ends at {top['lru_hit_ratio']}, want {want}")
+            check(top["opt_hit_ratio"] is not None and abs(top["opt_hit_ratio"] - want) < 1e-5,
+                  f"batch {batch}: OPT at saturation {top['opt_hit_ratio']}, want {want}")
+    if not have_mpl:
+        print("check_bench: NOTE: PNG checks skipped: matplotlib cannot be imported by "
+              f"{sys.executable} (make deps installs it)")
+        return
+    pngs = sorted(f for f in os.listdir(plot_dir) if f.endswith(".png"))
+    check(len([f for f in pngs if f.startswith("hit_ratio_vs_cache_")]) == 2,
+          f"--plot: hit-ratio PNGs {pngs}")
+    check("lookups_per_s_vs_batch.png" in pngs, f"--plot: no lookups_per_s_vs_batch.png in {pngs}")
+    for f in pngs:
+        with open(os.path.join(plot_dir, f), "rb") as fh:
+            head = fh.read(8)
+        check(head == PNG_SIGNATURE, f"--plot: {f} is not a PNG (starts {head!r})")
+        check(os.path.getsize(os.path.join(plot_dir, f)) > 1000, f"--plot: {f} is tiny")
+
+
+def driver_present():
+    """Whether an NVIDIA driver could answer here (its device node tree or its library)."""
+    if os.path.exists("/proc/driver/nvidia"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def auto_backend(binary, small):
+    p = subprocess.run([binary, "--backend", "auto"] + small, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
+    check(p.returncode == 0, f"--backend auto exited {p.returncode}: {p.stderr[-500:]}")
+    if p.returncode != 0:
+        return
+    o = json.loads(p.stdout.splitlines()[0])
+    why = o.get("backend_reason", "")
+    check(o.get("backend_requested") == "auto" and why.startswith("auto: "),
+          f"auto: backend_requested {o.get('backend_requested')!r}, reason {why!r}")
+    check(f"emc-bench: backend {o.get('backend')} (auto: " in p.stderr,
+          "auto: no stderr line says which backend AUTO picked and why")
+    if o.get("backend") == "host":
+        check("no CUDA device" in why or "built without CUDA" in why, f"auto -> host: {why!r}")
+        if "no CUDA device" in why and not driver_present():
+            check("no NVIDIA driver found" in why, f"no driver here, but the reason is {why!r}")
+
+
+def bench_gpu(gpu):
+    p = subprocess.run([gpu, "-h"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    check(p.returncode == 0 and p.stdout.startswith("usage: emc-bench-gpu"),
+          f"emc-bench-gpu -h: exit {p.returncode}")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([gpu, "--skip-criteo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120, env=env)
+    check(p.returncode == 77, f"emc-bench-gpu without a device: exit {p.returncode}, want 77")
+    check("no CUDA device answers" in p.stderr and p.stdout == "",
+          f"emc-bench-gpu without a device: {p.stderr.strip()!r}")
+    if not driver_present():
+        check("no NVIDIA driver found" in p.stderr,
+              f"emc-bench-gpu with no driver installed: {p.stderr.strip()!r}")
+
+
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
     binary = sys.argv[1]
     with tempfile.TemporaryDirectory() as d:
@@ -106,6 +247,17 @@ def main():
             check(o["hit_ratio"] >= o["per_table_hit_ratio"],
                   f"criteo {kb}: the global cache hits less ({o['hit_ratio']}) than per-table "
                   f"caches of the same total budget ({o['per_table_hit_ratio']})")
+
+        sizing(binary, d, small)
+        auto_backend(binary, small)
+    if len(sys.argv) == 3:
+        bench_gpu(sys.argv[2])
+
+    for flag in ("-h", "--help"):
+        p = subprocess.run([binary, flag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+        check(p.returncode == 0 and p.stdout.startswith("usage: emc-bench"),
+              f"{flag}: exit {p.returncode}, stdout {p.stdout[:40]!r}")
 
     for m in failures:
         print("FAIL:", m)

@@ -1,0 +1,223 @@
+/*
+ * alloc.c: where the library's big host allocations (store rows, hashed-table maps, the host
+ * backend's pool arena, index and stamps) come from. lib/error.c's emc__alloc* and
+ * emc__free are the callers; nothing else uses this file.
+ *
+ * Two providers, chosen once per process at the first allocation (or emc_host_allocator()):
+ *
+ *   jemalloc  its non-standard API (mallocx/dallocx/mallctl: private arenas, no thread
+ *             cache), found with dlopen("libjemalloc.so.2") + dlsym;
+ *   system    mmap for blocks of EMC__SYS_MMAP_MIN bytes and more (zero pages for free;
+ *             MADV_HUGEPAGE from 2 MiB, so big row tables get transparent huge pages where the
+ *             kernel allows), posix_memalign below.
+ *
+ * Why jemalloc is not simply linked: Debian's libjemalloc.so.2 is built with initial-exec TLS
+ * (DT_FLAGS STATIC_TLS and a 2.6 KiB PT_TLS segment). glibc places such TLS in the static TLS
+ * block, which is sized at program start; an object that needs it and is loaded later with
+ * dlopen (ctypes.CDLL, a plugin) gets only the block's small surplus and fails with
+ * "cannot allocate memory in static TLS block". When libembcache.so had jemalloc as a
+ * DT_NEEDED dependency, every dlopen of libembcache.so failed that way. libjemalloc_pic.a has
+ * the same initial-exec relocations (R_X86_64_GOTTPOFF), so linking it into libembcache.so
+ * would only move the problem. So libembcache.so does not depend on jemalloc; this file
+ * dlopens it at first use, which succeeds when the process already has it (programs linked
+ * through the CMake package or pkg-config link -ljemalloc, so it is loaded at start-up;
+ * LD_PRELOAD) or when the surplus happens to be large enough, and otherwise falls back to the
+ * system provider, saying why in emc_host_allocator().
+ *
+ * Under AddressSanitizer everything goes through posix_memalign/free (no header, no mmap) so
+ * ASan sees every block's bounds. EMC_HOST_ALLOCATOR=system in the environment forces the
+ * system provider (tests, diagnosis).
+ */
+#define _GNU_SOURCE 1 /* MAP_ANONYMOUS, MADV_HUGEPAGE */
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <jemalloc/jemalloc.h> /* MALLOCX_* flag encodings only; no symbol is linked */
+
+#include "internal.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMC__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMC__ASAN 1
+#endif
+#endif
+
+#define EMC__JEMALLOC_SONAME "libjemalloc.so.2"
+#define EMC__SYS_MMAP_MIN ((size_t)1 << 20)  /* blocks this big or bigger are mmap()ed */
+#define EMC__SYS_HUGE_MIN ((size_t)2 << 20)  /* and MADV_HUGEPAGE'd from this size */
+#define EMC__SYS_MAGIC 0x454d43616c6c6f63ull /* "EMCalloc" */
+
+typedef enum { PROV_SYSTEM = 0, PROV_JEMALLOC = 1, PROV_ASAN = 2 } provider;
+
+static struct {
+  provider prov;                                            /* fixed after alloc_once */
+  void *(*mallocx)(size_t, int);                            /* jemalloc only */
+  void (*dallocx)(void *, int);                             /* jemalloc only */
+  int (*mallctl)(const char *, void *, size_t *, void *, size_t); /* jemalloc only */
+  char desc[384];                                           /* emc_host_allocator() */
+} emc__alloc_state;
+
+static pthread_once_t emc__alloc_once_ctl = PTHREAD_ONCE_INIT;
+
+static void alloc_resolve(void) {
+  char *const d = emc__alloc_state.desc;
+  const size_t dn = sizeof emc__alloc_state.desc;
+#ifdef EMC__ASAN
+  emc__alloc_state.prov = PROV_ASAN;
+  snprintf(d, dn, "system: posix_memalign (AddressSanitizer build)");
+#else
+  const char *why = NULL;
+  const char *force = getenv("EMC_HOST_ALLOCATOR");
+  void *h = NULL;
+  if (force && strcmp(force, "system") == 0) {
+    why = "EMC_HOST_ALLOCATOR=system";
+  } else if ((h = dlopen(EMC__JEMALLOC_SONAME, RTLD_NOW | RTLD_LOCAL)) == NULL) {
+    why = dlerror();
+    if (!why) why = EMC__JEMALLOC_SONAME ": dlopen failed";
+  } else {
+    /* Function pointers from dlsym: POSIX guarantees the conversion, ISO C does not. */
+    void *mx = dlsym(h, "mallocx"), *dx = dlsym(h, "dallocx"), *mc = dlsym(h, "mallctl");
+    if (!mx || !dx || !mc) {
+      why = EMC__JEMALLOC_SONAME " lacks mallocx/dallocx/mallctl";
+      dlclose(h);
+    } else {
+      memcpy(&emc__alloc_state.mallocx, &mx, sizeof mx);
+      memcpy(&emc__alloc_state.dallocx, &dx, sizeof dx);
+      memcpy(&emc__alloc_state.mallctl, &mc, sizeof mc);
+      /* h stays open for the life of the process: jemalloc memory may outlive any cache */
+    }
+  }
+  if (why == NULL) {
+    const char *version = "?";
+    size_t len = sizeof version;
+    if (emc__alloc_state.mallctl("version", (void *)&version, &len, NULL, 0) != 0) version = "?";
+    emc__alloc_state.prov = PROV_JEMALLOC;
+    snprintf(d, dn, "jemalloc %s (mallocx on private arenas)", version);
+  } else {
+    emc__alloc_state.prov = PROV_SYSTEM;
+    snprintf(d, dn, "system: mmap + MADV_HUGEPAGE for blocks >= %zu MiB, posix_memalign below "
+             "(jemalloc not used: %s)", EMC__SYS_MMAP_MIN >> 20, why);
+  }
+#endif
+}
+
+static provider alloc_provider(void) {
+  pthread_once(&emc__alloc_once_ctl, alloc_resolve);
+  return emc__alloc_state.prov;
+}
+
+const char *emc_host_allocator(void) {
+  alloc_provider();
+  return emc__alloc_state.desc;
+}
+
+/* ------------------------------------------------------------------ system provider
+ * Every block carries a header just below the pointer handed out, so emc__sys_free knows how
+ * the block was made without trusting the caller's byte count. The prefix before the pointer
+ * is a multiple of the alignment and at least the header (heap) or a page (mmap). */
+typedef struct sys_hdr {
+  uint64_t magic;  /* EMC__SYS_MAGIC ^ (uintptr_t)pointer: catches foreign frees */
+  uint64_t mapped; /* bytes of the mapping (mmap), 0 for posix_memalign */
+  void *base;      /* what mmap / posix_memalign returned */
+  uint64_t pad;    /* keeps the header 32 bytes */
+} sys_hdr;
+
+static void *sys_alloc(size_t bytes, size_t align, int zero) {
+  size_t pre = align > sizeof(sys_hdr) ? align : sizeof(sys_hdr);
+  unsigned char *base, *p;
+  sys_hdr *hd;
+  if (bytes >= EMC__SYS_MMAP_MIN) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len;
+    if (pre < page) pre = page;
+    /* over-map by the alignment when it exceeds the page; mmap is page aligned */
+    len = pre + bytes + (align > page ? align : 0);
+    if (len < bytes) return NULL;
+    base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= EMC__SYS_HUGE_MIN) (void)madvise(base, len, MADV_HUGEPAGE); /* a hint */
+#endif
+    p = (unsigned char *)(((uintptr_t)base + pre + align - 1) & ~(uintptr_t)(align - 1));
+    hd = (sys_hdr *)(void *)(p - sizeof(sys_hdr));
+    hd->mapped = len; /* anonymous pages are zero: `zero` costs nothing */
+  } else {
+    void *b = NULL;
+    if (pre + bytes < bytes || posix_memalign(&b, align, pre + bytes) != 0) return NULL;
+    base = b;
+    p = base + pre;
+    if (zero) memset(p, 0, bytes);
+    hd = (sys_hdr *)(void *)(p - sizeof(sys_hdr));
+    hd->mapped = 0;
+  }
+  hd->magic = EMC__SYS_MAGIC ^ (uint64_t)(uintptr_t)p;
+  hd->base = base;
+  hd->pad = 0;
+  return p;
+}
+
+static void sys_free(void *ptr) {
+  sys_hdr *hd = (sys_hdr *)(void *)((unsigned char *)ptr - sizeof(sys_hdr));
+  if (hd->magic != (EMC__SYS_MAGIC ^ (uint64_t)(uintptr_t)ptr)) {
+    /* not ours: leaking is the only safe answer (library code never aborts) */
+    return;
+  }
+  hd->magic = 0;
+  if (hd->mapped) munmap(hd->base, (size_t)hd->mapped);
+  else free(hd->base);
+}
+
+/* ------------------------------------------------------------------ the provider calls
+ * bytes >= 1 and align a power of two >= 16 (emc__alloc_in guarantees both). */
+unsigned emc__sys_arena_create(void) {
+  unsigned a = 0;
+  size_t sz = sizeof a;
+  if (alloc_provider() != PROV_JEMALLOC) return 0;
+  if (emc__alloc_state.mallctl("arenas.create", &a, &sz, NULL, 0) != 0) return 0;
+  return a;
+}
+
+void emc__sys_arena_destroy(unsigned arena) {
+  char cmd[64];
+  if (arena == 0 || alloc_provider() != PROV_JEMALLOC) return;
+  snprintf(cmd, sizeof cmd, "arena.%u.destroy", arena);
+  (void)emc__alloc_state.mallctl(cmd, NULL, NULL, NULL, 0);
+}
+
+void *emc__sys_alloc(unsigned arena, size_t bytes, size_t align, int zero) {
+  switch (alloc_provider()) {
+    case PROV_JEMALLOC: {
+      int flags = MALLOCX_ALIGN(align) | (zero ? MALLOCX_ZERO : 0);
+      if (arena != 0) flags |= MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+      return emc__alloc_state.mallocx(bytes, flags);
+    }
+    case PROV_ASAN: {
+      void *p = NULL;
+      if (posix_memalign(&p, align, bytes) != 0) return NULL;
+      if (zero) memset(p, 0, bytes);
+      return p;
+    }
+    case PROV_SYSTEM:
+      break;
+  }
+  return sys_alloc(bytes, align, zero);
+}
+
+void emc__sys_free(void *p) {
+  if (!p) return;
+  switch (alloc_provider()) {
+    case PROV_JEMALLOC: emc__alloc_state.dallocx(p, MALLOCX_TCACHE_NONE); return;
+    case PROV_ASAN: free(p); return;
+    case PROV_SYSTEM: break;
+  }
+  sys_free(p);
+}

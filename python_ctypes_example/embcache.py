@@ -1,0 +1,715 @@
+"""embcache from Python: a small ctypes binding, arrays in and arrays out.
+
+Nothing to compile beyond the library: ``ctypes.CDLL`` loads ``libembcache.so`` directly
+(no LD_PRELOAD; see emc_host_allocator() in embcache.h for what allocates its rows then).
+
+    import numpy as np
+    import embcache as emc
+
+    store = emc.Store([emc.Table("user", rows=100_000, dim=16),
+                       emc.Table("tag", rows=50_000, dim=16, kind="hashed")])
+    store.fill_uniform(0, -1.0, 1.0, seed=1)
+    with emc.Cache(store, capacity_bytes=8 << 20, backend="host") as cache:
+        ids = np.array([7, 42, 7, 1234], dtype=np.uint64)
+        offsets = np.array([0, 3, 4], dtype=np.uint64)   # table 0: 3 ids, table 1: 1
+        rows = cache.lookup(ids, offsets)                # (4, 16) float32
+        cache.insert(ids, offsets, rows * 0.5)           # dirty until evicted / flushed
+    store.close()
+
+Arrays
+  ids      1-D uint64, C-contiguous, offsets[-1] elements (grouped by table, see embcache.h);
+           int64 is taken too, as the same 64 bits (PyTorch's and TorchRec's index type: a
+           negative dense id is out of range, a negative hashed id is just another id).
+  offsets  n_tables + 1 integers in host memory (a NumPy array or a sequence; converted to
+           uint64). Contents (offsets[0] == 0, non-decreasing) are checked by the library.
+  rows     (`out` of lookup, `rows` of insert) C-contiguous, one of
+             (n, dim) of the tables' dtype    when every table has the same dim and dtype;
+             1-D of the tables' dtype         when every table has the same dtype
+                                              (sum over tables of n_t * dim_t elements);
+             1-D uint8 of batch_bytes bytes   always.
+           lookup allocates the first form that applies when `out` is None;
+           Cache.split(rows, offsets) gives per-table (n_t, dim_t) NumPy views.
+  where    1-D uint8 (n,) receiving WHERE_CACHE / WHERE_STORE / WHERE_ABSENT.
+  Host memory: NumPy arrays, objects with __array_interface__, and CPU DLPack producers.
+  CUDA backend only: device memory through __cuda_array_interface__ (CuPy, Numba, PyTorch
+  CUDA tensors) or DLPack (__dlpack__ / __dlpack_device__). dtype, shape, contiguity and
+  writability are checked before the call; nothing is copied or converted (except offsets).
+
+Streams (CUDA backend)
+  `stream` is a cudaStream_t handle as an int, or an object with .ptr (CuPy) or
+  .cuda_stream (PyTorch), or None. None uses the stream a __cuda_array_interface__ argument
+  names (its producer's stream: enqueueing there is what the interface asks of a consumer),
+  else the legacy default stream. DLPack producers are asked (__dlpack__(stream=...)) to make
+  their data ready on the stream the call uses. Calls return once enqueued; keep the arrays
+  alive and synchronize the stream before reading `out`, as with any asynchronous CUDA call.
+
+Errors
+  Every failure raises EmcError (a RuntimeError) with .status (the emc_status value), .name
+  ("EMC_EINVAL"), .detail and .func. Failures the library reports carry its
+  emc_last_error_detail(); array checks made here (dtype, shape, contiguity, lengths the C
+  API cannot see) raise EmcError with status EMC_EINVAL and a detail in the same style.
+
+Adding a call (the training calls, e.g. emc_prefetch / emc_apply_gradients / emc_dedup,
+when the library has them): add its prototype to _SIGNATURES (missing symbols are skipped,
+so the module still loads against an older library), then write a Cache method from the
+helpers every method here uses: self._ids(), self._offsets(), self._rows(),
+self._where(), self._stream() and _check(). See Cache.insert for a ten-line example.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import sys
+import weakref
+
+import numpy as np
+
+__all__ = ["EmcError", "Table", "Store", "Cache", "load", "library", "version",
+           "host_allocator", "WHERE_CACHE", "WHERE_STORE", "WHERE_ABSENT"]
+
+# --------------------------------------------------------------------------- the C API
+# Mirrors of include/embcache.h. C enums are int-sized.
+EMC_OK, EMC_EINVAL, EMC_ERANGE = 0, 1, 7
+_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}   # emc_dtype -> NumPy
+_DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
+_KINDS = {"dense": 0, "hashed": 1}
+_BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
+WHERE_CACHE, WHERE_STORE, WHERE_ABSENT = 0, 1, 2
+
+_c_u64p = ctypes.POINTER(ctypes.c_uint64)
+
+
+class _TableDesc(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("rows", ctypes.c_uint64),
+                ("dim", ctypes.c_uint32), ("dtype", ctypes.c_int)]
+
+
+class _CacheConfig(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("backend", ctypes.c_int),
+                ("device", ctypes.c_int), ("capacity_bytes", ctypes.c_size_t),
+                ("evict_high", ctypes.c_float), ("evict_low", ctypes.c_float),
+                ("key_bits", ctypes.c_uint32), ("unified_index_rows", ctypes.c_uint64),
+                ("hash_seed", ctypes.c_uint64)]
+
+
+_STAT_FIELDS = ("lookups", "hits", "misses", "absent", "admissions", "admit_skipped", "inserts",
+                "evictions", "writebacks", "evict_passes", "retries", "unified_hits",
+                "rows_cached", "bytes_in_use", "bytes_reserved", "capacity_bytes",
+                "index_bytes", "dirty_rows")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
+
+
+_S, _P, _U32, _U64, _SZ = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t
+_STR = ctypes.c_char_p
+# name: (restype, argtypes). Pointers to arrays are passed as plain addresses (c_void_p), and
+# cudaStream_t as c_void_p too.
+_SIGNATURES = {
+    "emc_version_string": (_STR, []),
+    "emc_host_allocator": (_STR, []),
+    "emc_status_name": (_STR, [_S]),
+    "emc_last_error_detail": (_STR, []),
+    "emc_store_create": (_S, [ctypes.POINTER(_TableDesc), _U32, ctypes.POINTER(_P)]),
+    "emc_store_open": (_S, [_STR, ctypes.POINTER(_P)]),
+    "emc_store_save": (_S, [_P, _STR]),
+    "emc_store_destroy": (None, [_P]),
+    "emc_store_n_tables": (_U32, [_P]),
+    "emc_store_table": (_S, [_P, _U32, ctypes.POINTER(_TableDesc)]),
+    "emc_store_fill_uniform": (_S, [_P, _U32, ctypes.c_float, ctypes.c_float, _U64]),
+    "emc_store_write": (_S, [_P, _U32, _P, _SZ, _P]),
+    "emc_store_read": (_S, [_P, _U32, _P, _SZ, _P]),
+    "emc_cache_config_init": (None, [ctypes.POINTER(_CacheConfig)]),
+    "emc_cache_create": (_S, [_P, ctypes.POINTER(_CacheConfig), ctypes.POINTER(_P)]),
+    "emc_cache_destroy": (_S, [_P]),
+    "emc_cache_backend": (_S, [_P]),
+    "emc_batch_bytes": (_S, [_P, _P, ctypes.POINTER(_SZ)]),
+    "emc_lookup": (_S, [_P, _P, _P, _P, _P]),
+    "emc_lookup_ex": (_S, [_P, _P, _P, _P, _P, _P]),
+    "emc_insert": (_S, [_P, _P, _P, _P, _P]),
+    "emc_flush": (_S, [_P, _P]),
+    "emc_get_stats": (_S, [_P, ctypes.POINTER(_Stats)]),
+    "emc_device_count": (_S, [ctypes.POINTER(ctypes.c_int)]),
+}
+
+_lib = None
+
+
+def _candidates():
+    env = os.environ.get("EMC_LIB")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.normpath(os.path.join(here, "..", "build", "libembcache.so")),
+             os.path.abspath(os.path.join("build", "libembcache.so"))]
+    found = ctypes.util.find_library("embcache")  # an installed copy on the loader's path
+    return paths + ([found] if found else [])
+
+
+def load(path=None):
+    """Load libembcache.so (once per process) and return the ctypes library.
+
+    path: the library file; default $EMC_LIB, else ../build/libembcache.so next to this
+    module, else build/libembcache.so under the current directory, else an installed
+    libembcache.so the dynamic loader finds."""
+    global _lib
+    if _lib is not None:
+        if path is not None and os.path.abspath(path) != _lib._name:
+            raise EmcError(EMC_EINVAL, "load", f"already loaded from {_lib._name}")
+        return _lib
+    tried = [path] if path is not None else _candidates()
+    for p in tried:
+        if os.path.sep in p and not os.path.exists(p):
+            continue
+        lib = ctypes.CDLL(os.path.abspath(p) if os.path.sep in p else p)
+        for name, (res, args) in _SIGNATURES.items():
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = res, args
+        lib._name = os.path.abspath(p) if os.path.sep in p else p
+        _lib = lib
+        return lib
+    raise EmcError(EMC_EINVAL, "load", "libembcache.so not found; looked at: " + ", ".join(tried)
+                   + " (build it with `make build`, or set EMC_LIB)")
+
+
+def library():
+    """The loaded ctypes library (loading it if needed)."""
+    return load() if _lib is None else _lib
+
+
+def version():
+    return library().emc_version_string().decode()
+
+
+def host_allocator():
+    """emc_host_allocator(): which allocator serves the library's big host allocations."""
+    return library().emc_host_allocator().decode()
+
+
+class EmcError(RuntimeError):
+    """A failed embcache call: .status (int), .name, .func, .detail."""
+
+    def __init__(self, status, func, detail):
+        self.status, self.func, self.detail = int(status), func, detail
+        try:
+            self.name = library().emc_status_name(self.status).decode()
+        except Exception:  # the library itself did not load
+            self.name = f"status {self.status}"
+        super().__init__(f"{func}: {self.name}: {detail}")
+
+
+def _check(status, func):
+    """Raise EmcError with the library's detail unless status is EMC_OK."""
+    if status != EMC_OK:
+        raise EmcError(status, func, library().emc_last_error_detail().decode(errors="replace"))
+
+
+def _fail(func, detail, status=EMC_EINVAL):
+    raise EmcError(status, func, detail)
+
+
+# --------------------------------------------------------------------------- array adapters
+class _Buf:
+    """A validated array argument: its address, where it lives, and what keeps it alive."""
+    __slots__ = ("ptr", "device", "shape", "dtype", "keep")
+
+    def __init__(self, ptr, device, shape, dtype, keep=None):
+        self.ptr, self.device, self.shape, self.dtype = ptr, device, tuple(shape), dtype
+        self.keep = keep
+
+
+def _c_contiguous(shape, strides, itemsize):
+    if strides is None:
+        return True
+    want = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n > 1 and s != want:
+            return False
+        want *= n
+    return True
+
+
+# DLPack (dlpack.h, v0.x ABI: the "dltensor" capsule of DLManagedTensor).
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", _DLDeleter)]
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
+_DL_CODES = {0: "i", 1: "u", 2: "f"}
+
+_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get.restype, _capsule_get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_capsule_rename = ctypes.pythonapi.PyCapsule_SetName
+_capsule_rename.restype, _capsule_rename.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+
+
+class _DLHold:
+    """Owns a consumed DLPack tensor: calls its deleter when the call is done with it."""
+
+    def __init__(self, capsule, obj):
+        self.obj = obj  # the producer stays alive too
+        ptr = _capsule_get(capsule, b"dltensor")
+        self.mt = ctypes.cast(ptr, ctypes.POINTER(_DLManagedTensor))
+        _capsule_rename(capsule, b"used_dltensor")  # ours now: the capsule won't delete it
+
+    def __del__(self):
+        mt = getattr(self, "mt", None)
+        if mt:
+            self.mt = None
+            if mt.contents.deleter:
+                mt.contents.deleter(mt)
+
+
+def _stream_handle(stream):
+    """A cudaStream_t as an int from an int, a CuPy stream (.ptr), a PyTorch stream
+    (.cuda_stream) or None (None stays None)."""
+    if stream is None or isinstance(stream, int):
+        return stream
+    for attr in ("ptr", "cuda_stream"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    _fail("stream", f"cannot use {type(stream).__name__} as a CUDA stream "
+                    "(pass an int handle, a CuPy or a PyTorch stream)")
+
+
+def _cuda_array_interface(obj, func, name):
+    """obj.__cuda_array_interface__, or None. Producers may refuse with another exception than
+    AttributeError (PyTorch: RuntimeError for a tensor that requires grad), which hasattr()
+    would let through: that becomes an EmcError."""
+    try:
+        return getattr(obj, "__cuda_array_interface__", None)
+    except Exception as e:  # noqa: BLE001 - any producer error is the caller's to fix
+        _fail(func, f"{name}: {type(obj).__name__} refused __cuda_array_interface__ ({e}); "
+                    "for a tensor that requires grad pass tensor.detach()")
+
+
+def _adapt(obj, func, name, stream_for_dlpack):
+    """Address, device flag, shape and dtype of an array argument, without copying."""
+    cai = _cuda_array_interface(obj, func, name)
+    if cai is not None:
+        if cai.get("mask") is not None:
+            _fail(func, f"{name}: masked CUDA arrays are not supported")
+        dtype = np.dtype(cai["typestr"])
+        shape = tuple(int(n) for n in cai["shape"])
+        strides = cai.get("strides")
+        if not _c_contiguous(shape, strides, dtype.itemsize):
+            _fail(func, f"{name}: CUDA array is not C-contiguous (strides {strides}); "
+                        "pass a contiguous copy")
+        ptr, readonly = cai["data"]
+        return _Buf(ptr or 0, True, shape, dtype, keep=obj), readonly
+    if not isinstance(obj, np.ndarray) and hasattr(obj, "__dlpack__"):
+        dev_type, _dev_id = obj.__dlpack_device__()
+        on_device = dev_type in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+        if dev_type not in (_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED):
+            _fail(func, f"{name}: DLPack device type {dev_type} is neither CPU nor CUDA")
+        if on_device:
+            # DLPack: stream None asks for the legacy default stream; 0 is not allowed
+            capsule = obj.__dlpack__(stream=stream_for_dlpack if stream_for_dlpack else 1)
+        else:
+            capsule = obj.__dlpack__()
+        hold = _DLHold(capsule, obj)
+        t = hold.mt.contents.dl_tensor
+        if t.dtype.lanes != 1 or t.dtype.code not in _DL_CODES:
+            _fail(func, f"{name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, "
+                        f"{t.dtype.lanes} lanes) is not a plain integer or float")
+        dtype = np.dtype(f"{_DL_CODES[t.dtype.code]}{t.dtype.bits // 8}")
+        shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+        strides = None if not t.strides else tuple(int(t.strides[i]) * dtype.itemsize
+                                                   for i in range(t.ndim))
+        if not _c_contiguous(shape, strides, dtype.itemsize):
+            _fail(func, f"{name}: DLPack tensor is not C-contiguous; pass a contiguous copy")
+        ptr = (t.data or 0) + t.byte_offset
+        # DLPack < 1.0 has no read-only flag: producers hand out writable memory
+        return _Buf(ptr, on_device, shape, dtype, keep=hold), False
+    if not isinstance(obj, np.ndarray):
+        if not hasattr(obj, "__array_interface__"):
+            _fail(func, f"{name}: expected a NumPy array (or __array_interface__, "
+                        f"__cuda_array_interface__, DLPack), got {type(obj).__name__}")
+        obj = np.asarray(obj)  # zero-copy through __array_interface__
+    if not obj.flags.c_contiguous:
+        _fail(func, f"{name}: array is not C-contiguous (strides {obj.strides}); "
+                    "pass np.ascontiguousarray(...)")
+    return _Buf(obj.ctypes.data, False, obj.shape, obj.dtype, keep=obj), not obj.flags.writeable
+
+
+# --------------------------------------------------------------------------- store
+class Table:
+    """A table's description. kind: "dense" (ids in [0, rows)) or "hashed" (any uint64 id, at
+    most `rows` distinct); dtype: "f32" / np.float32 or "f16" / np.float16."""
+
+    def __init__(self, name, rows, dim, dtype="f32", kind="dense"):
+        if kind not in _KINDS:
+            _fail("Table", f"kind {kind!r}: use 'dense' or 'hashed'")
+        dt = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}.get(dtype, None)
+        dt = dt if dt is not None else np.dtype(dtype)
+        if dt not in _DTYPE_CODES:
+            _fail("Table", f"dtype {dtype!r}: use float32 ('f32') or float16 ('f16')")
+        self.name, self.rows, self.dim, self.dtype, self.kind = name, int(rows), int(dim), dt, kind
+
+    @property
+    def row_bytes(self):
+        return self.dim * self.dtype.itemsize
+
+    def __repr__(self):
+        return (f"Table({self.name!r}, rows={self.rows}, dim={self.dim}, "
+                f"dtype={self.dtype.name}, kind={self.kind!r})")
+
+
+class Store:
+    """emc_store: every row of every table, in host memory. Store(tables) creates one;
+    Store.open(path) opens a saved one. close() (or the context manager) frees it."""
+
+    def __init__(self, tables=None, _handle=None):
+        lib = library()
+        self._h = ctypes.c_void_p()
+        self._cache = lambda: None  # weak reference to the attached Cache
+        if _handle is not None:
+            self._h = _handle
+        else:
+            tables = list(tables)
+            descs = (_TableDesc * len(tables))()
+            names = [None if t.name is None else str(t.name).encode() for t in tables]
+            for i, t in enumerate(tables):
+                descs[i] = _TableDesc(names[i], _KINDS[t.kind], t.rows, t.dim, _DTYPE_CODES[t.dtype])
+            _check(lib.emc_store_create(descs, len(tables), ctypes.byref(self._h)),
+                   "emc_store_create")
+        self.tables = []
+        for i in range(lib.emc_store_n_tables(self._h)):
+            d = _TableDesc()
+            _check(lib.emc_store_table(self._h, i, ctypes.byref(d)), "emc_store_table")
+            self.tables.append(Table(d.name.decode(), d.rows, d.dim, _DTYPES[d.dtype],
+                                     "hashed" if d.kind == 1 else "dense"))
+
+    @classmethod
+    def open(cls, path):
+        h = ctypes.c_void_p()
+        _check(library().emc_store_open(os.fsencode(path), ctypes.byref(h)), "emc_store_open")
+        return cls(_handle=h)
+
+    def _handle(self, func):
+        if not self._h:
+            _fail(func, "the store is closed")
+        return self._h
+
+    def save(self, path):
+        _check(library().emc_store_save(self._handle("emc_store_save"), os.fsencode(path)),
+               "emc_store_save")
+
+    def fill_uniform(self, table, lo, hi, seed):
+        _check(library().emc_store_fill_uniform(self._handle("emc_store_fill_uniform"), table,
+                                                lo, hi, seed), "emc_store_fill_uniform")
+
+    def _table_ids(self, func, table, ids):
+        if not 0 <= table < len(self.tables):
+            _fail(func, f"table {table}: the store has {len(self.tables)}", EMC_ERANGE)
+        b, _ = _adapt(ids, func, "ids", None)
+        if b.device or b.dtype not in (np.uint64, np.int64) or len(b.shape) != 1:
+            _fail(func, f"ids: need a 1-D uint64 (or int64) host array, got {b.dtype} {b.shape}"
+                        f"{' on the device' if b.device else ''}")
+        return b
+
+    def write(self, table, ids, rows):
+        """emc_store_write: rows (n, dim) of the table's dtype, host memory."""
+        func = "emc_store_write"
+        b = self._table_ids(func, table, ids)
+        t = self.tables[table]
+        r, _ = _adapt(rows, func, "rows", None)
+        if r.device or r.dtype != t.dtype or r.shape != (b.shape[0], t.dim):
+            _fail(func, f"rows: need ({b.shape[0]}, {t.dim}) {t.dtype.name} in host memory, "
+                        f"got {r.dtype} {r.shape}")
+        _check(library().emc_store_write(self._handle(func), table, b.ptr, b.shape[0], r.ptr), func)
+
+    def read(self, table, ids, out=None):
+        """emc_store_read: returns (n, dim) rows of the table's dtype (absent hashed ids: zeros)."""
+        func = "emc_store_read"
+        b = self._table_ids(func, table, ids)
+        t = self.tables[table]
+        if out is None:
+            out = np.empty((b.shape[0], t.dim), dtype=t.dtype)
+        o, ro = _adapt(out, func, "out", None)
+        if o.device or ro or o.dtype != t.dtype or o.shape != (b.shape[0], t.dim):
+            _fail(func, f"out: need a writable ({b.shape[0]}, {t.dim}) {t.dtype.name} host "
+                        f"array, got {o.dtype} {o.shape}{' read-only' if ro else ''}")
+        _check(library().emc_store_read(self._handle(func), table, b.ptr, b.shape[0], o.ptr), func)
+        return out
+
+    def close(self):
+        """Free the store (destroy its cache first: the library refuses otherwise)."""
+        cache = self._cache()
+        if cache is not None and cache._h:
+            _fail("emc_store_destroy", "a cache is attached: close it first")
+        if self._h:
+            library().emc_store_destroy(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# --------------------------------------------------------------------------- cache
+class Cache:
+    """emc_cache over a Store. Keyword arguments set emc_cache_config fields: backend
+    ("auto", "host", "cuda"), device, capacity_bytes, evict_high, evict_low, key_bits,
+    unified_index_rows, hash_seed (defaults: the library's)."""
+
+    def __init__(self, store, **config):
+        lib = library()
+        cfg = _CacheConfig()
+        lib.emc_cache_config_init(ctypes.byref(cfg))
+        if cfg.struct_size != ctypes.sizeof(_CacheConfig):
+            _fail("emc_cache_create", f"emc_cache_config is {cfg.struct_size} bytes in the "
+                                      f"library, {ctypes.sizeof(_CacheConfig)} in this module")
+        for k, v in config.items():
+            if k == "backend":
+                if v not in _BACKENDS:
+                    _fail("emc_cache_create", f"backend {v!r}: use one of {list(_BACKENDS)}")
+                v = _BACKENDS[v]
+            elif k not in dict(_CacheConfig._fields_) or k == "struct_size":
+                _fail("emc_cache_create", f"unknown configuration field {k!r}")
+            setattr(cfg, k, v)
+        self.store = store
+        self._h = ctypes.c_void_p()
+        _check(lib.emc_cache_create(store._handle("emc_cache_create"), ctypes.byref(cfg),
+                                    ctypes.byref(self._h)), "emc_cache_create")
+        store._cache = weakref.ref(self)  # the cache keeps the store alive, not the reverse
+        self.config = {name: getattr(cfg, name) for name, _ in _CacheConfig._fields_}
+        t = store.tables
+        self._uniform = all(x.dim == t[0].dim and x.dtype == t[0].dtype for x in t)
+        self._dtype = t[0].dtype if all(x.dtype == t[0].dtype for x in t) else None
+
+    @property
+    def backend(self):
+        """"host" or "cuda" (AUTO resolved)."""
+        return {1: "host", 2: "cuda"}[library().emc_cache_backend(self._handle("emc_cache_backend"))]
+
+    def _handle(self, func):
+        if not self._h:
+            _fail(func, "the cache is closed")
+        return self._h
+
+    # ---- helpers for the calls (and for the ones still to come)
+    def _offsets(self, func, offsets):
+        """Host uint64 copy of offsets, length checked (the C API cannot see it)."""
+        if _cuda_array_interface(offsets, func, "offsets") is not None:
+            _fail(func, "offsets: pass host offsets (e.g. offsets.get() or offsets.cpu()): the "
+                        "binding checks their length and last value before the call")
+        o = np.asarray(offsets)
+        if o.ndim != 1 or o.dtype.kind not in "iu":
+            _fail(func, f"offsets: need a 1-D integer sequence, got {o.dtype} {o.shape}")
+        n_tables = len(self.store.tables)
+        if o.shape[0] != n_tables + 1:
+            _fail(func, f"offsets: {o.shape[0]} entries; the store has {n_tables} tables, so "
+                        f"offsets needs n_tables + 1 = {n_tables + 1}")
+        if o.dtype.kind == "i" and (o < 0).any():
+            _fail(func, "offsets: negative entry")
+        return np.ascontiguousarray(o, dtype=np.uint64)
+
+    def _ids(self, func, ids, offsets, stream):
+        b, _ = _adapt(ids, func, "ids", stream)
+        if b.dtype not in (np.uint64, np.int64):  # int64: PyTorch's index type, same 64 bits
+            _fail(func, f"ids: dtype {b.dtype}, need uint64 or int64 (ids.astype(np.uint64))")
+        if len(b.shape) != 1:
+            _fail(func, f"ids: shape {b.shape}, need a 1-D array")
+        if b.shape[0] != int(offsets[-1]):
+            _fail(func, f"ids: {b.shape[0]} elements but offsets[-1] = {int(offsets[-1])}")
+        self._placed(func, "ids", b)
+        return b
+
+    def _placed(self, func, name, b):
+        if b.device and self.backend != "cuda":
+            _fail(func, f"{name}: device memory on the host backend; pass host (NumPy) arrays")
+
+    def batch_bytes(self, offsets):
+        """emc_batch_bytes: bytes of a batch's packed row buffer."""
+        o = self._offsets("emc_batch_bytes", offsets)
+        n = ctypes.c_size_t()
+        _check(library().emc_batch_bytes(self.store._handle("emc_batch_bytes"), o.ctypes.data,
+                                         ctypes.byref(n)), "emc_batch_bytes")
+        return n.value
+
+    def _row_forms(self, offsets):
+        """Accepted (shape, dtype) forms of a row buffer, preferred first."""
+        n = int(offsets[-1])
+        nbytes = self.batch_bytes(offsets)
+        forms = []
+        if self._uniform:
+            forms.append(((n, self.store.tables[0].dim), self._dtype))
+        if self._dtype is not None:
+            forms.append(((nbytes // self._dtype.itemsize,), self._dtype))
+        forms.append(((nbytes,), np.dtype(np.uint8)))
+        return forms
+
+    def _rows(self, func, name, arr, offsets, stream, writable):
+        forms = self._row_forms(offsets)
+        b, readonly = _adapt(arr, func, name, stream)
+        if (b.shape, b.dtype) not in forms:
+            _fail(func, f"{name}: {b.dtype} {b.shape}; need one of " +
+                  ", ".join(f"{dt.name} {sh}" for sh, dt in forms))
+        if writable and readonly:
+            _fail(func, f"{name}: read-only array")
+        self._placed(func, name, b)
+        return b
+
+    def _where(self, func, where, n, stream):
+        b, readonly = _adapt(where, func, "where", stream)
+        if b.dtype != np.uint8 or b.shape != (n,) or readonly:
+            _fail(func, f"where: need a writable uint8 ({n},) array, got {b.dtype} {b.shape}")
+        self._placed(func, "where", b)
+        return b
+
+    def _stream(self, func, stream, *arrays):
+        """The cudaStream_t of a call, decided before its arrays are adapted (DLPack producers
+        are asked for it): the caller's, else the stream the first __cuda_array_interface__
+        argument names (1 and 2, the legacy and per-thread default streams, are valid handles
+        as they are), else the default stream (None). None on the host backend."""
+        h = _stream_handle(stream)
+        if self.backend != "cuda":
+            if h:
+                _fail(func, "stream: the host backend takes no stream")
+            return None
+        if h is None:
+            for a in arrays:
+                cai = _cuda_array_interface(a, func, "array")
+                if cai and cai.get("stream"):
+                    h = int(cai["stream"])
+                    break
+        return h or None
+
+    def _alloc(self, like, shape, dtype):
+        """A new array beside `like` (NumPy, CuPy or PyTorch)."""
+        mod = type(like).__module__.split(".")[0]
+        if mod == "cupy":
+            import cupy
+            return cupy.empty(shape, dtype=dtype)
+        if mod == "torch":
+            import torch
+            return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
+        if not isinstance(like, np.ndarray) and (
+                _cuda_array_interface(like, "lookup", "ids") is not None or
+                hasattr(like, "__dlpack__")):
+            _fail("lookup", f"cannot allocate beside a {type(like).__name__}: pass out=")
+        return np.empty(shape, dtype=dtype)
+
+    # ---- the calls
+    def lookup(self, ids, offsets, out=None, where=None, stream=None):
+        """emc_lookup / emc_lookup_ex. Returns out (allocated beside ids when None), or
+        (out, where) when `where` is given (True allocates a uint8 array)."""
+        func = "emc_lookup_ex" if where is not None else "emc_lookup"
+        h = self._handle(func)
+        o = self._offsets(func, offsets)
+        s = self._stream(func, stream, ids, out, where)
+        b = self._ids(func, ids, o, s)
+        if out is None:
+            shape, dt = self._row_forms(o)[0]
+            out = self._alloc(ids, shape, dt)
+        r = self._rows(func, "out", out, o, s, writable=True)
+        w = None
+        if where is not None:
+            if where is True:
+                where = self._alloc(ids, (b.shape[0],), np.dtype(np.uint8))
+            w = self._where(func, where, b.shape[0], s)
+        if w is None:
+            _check(library().emc_lookup(h, b.ptr, o.ctypes.data, r.ptr, s), func)
+            return out
+        _check(library().emc_lookup_ex(h, b.ptr, o.ctypes.data, r.ptr, w.ptr, s), func)
+        return out, where
+
+    def insert(self, ids, offsets, rows, stream=None):
+        """emc_insert: rows become the cached values of ids (dirty until written back)."""
+        func = "emc_insert"
+        h = self._handle(func)
+        o = self._offsets(func, offsets)
+        s = self._stream(func, stream, ids, rows)
+        b = self._ids(func, ids, o, s)
+        r = self._rows(func, "rows", rows, o, s, writable=False)
+        _check(library().emc_insert(h, b.ptr, o.ctypes.data, r.ptr, s), func)
+
+    def flush(self, stream=None):
+        """emc_flush: write every dirty row back to the store (waits)."""
+        _check(library().emc_flush(self._handle("emc_flush"), self._stream("emc_flush", stream)),
+               "emc_flush")
+
+    def stats(self):
+        """emc_get_stats as a dict."""
+        st = _Stats()
+        _check(library().emc_get_stats(self._handle("emc_get_stats"), ctypes.byref(st)),
+               "emc_get_stats")
+        return {n: getattr(st, n) for n in _STAT_FIELDS}
+
+    def split(self, rows, offsets):
+        """Per-table (n_t, dim_t) views of a host row buffer (any accepted form)."""
+        o = self._offsets("split", offsets)
+        r = self._rows("split", "rows", rows, o, None, writable=False)
+        if r.device:
+            _fail("split", "rows: host arrays only")
+        flat = np.asarray(rows).reshape(-1).view(np.uint8)
+        views, at = [], 0
+        for t, tab in enumerate(self.store.tables):
+            n = int(o[t + 1] - o[t])
+            nb = n * tab.row_bytes
+            views.append(flat[at:at + nb].view(tab.dtype).reshape(n, tab.dim))
+            at += nb
+        return views
+
+    def close(self):
+        """emc_cache_destroy: write dirty rows back, free the cache, detach it."""
+        if self._h:
+            _check(library().emc_cache_destroy(self._h), "emc_cache_destroy")
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def device_count():
+    """CUDA devices this build of the library can use; EmcError (EMC_ENODEV with the reason,
+    e.g. no NVIDIA driver, or EMC_EUNSUPPORTED without CUDA) when none."""
+    lib = library()
+    if not hasattr(lib, "emc_device_count"):
+        _fail("emc_device_count", "this library has no emc_device_count")
+    n = ctypes.c_int()
+    _check(lib.emc_device_count(ctypes.byref(n)), "emc_device_count")
+    return n.value
+
+
+if __name__ == "__main__":
+    lib = load(sys.argv[1] if len(sys.argv) > 1 else None)
+    print(f"embcache {version()} from {lib._name}\nhost allocator: {host_allocator()}")
