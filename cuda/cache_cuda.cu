@@ -326,6 +326,11 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
     st = EMC_FAIL(EMC_ENOMEM, "cuda cache tables");
     goto out;
   }
+  for (t = 0; t < n; t++)
+    if (s->tables[t].state != EMC_STATE_NONE) { /* (the device path for state: next commits) */
+      st = EMC_FAIL(EMC_EUNSUPPORTED, "table %u keeps optimizer state: not on the CUDA backend yet", t);
+      goto out;
+    }
   CUG(cudaSetDevice(c->cfg.device));
   CUG(cudaDeviceGetAttribute(&k->sm_count, cudaDevAttrMultiProcessorCount, c->cfg.device));
   CUG(cudaMemGetInfo(&free_b, &total_b));
@@ -834,4 +839,24 @@ extern "C" emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, u
   if (e != cudaSuccess) return emc__cuda_fail(e, "reading table counters");
   *out = ts.rows_cached;
   return EMC_OK;
+}
+
+/* ================================================================= training (in progress)
+ * The device training path replaces these in the next commits. */
+extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                         void *stream) {
+  (void)c, (void)ids, (void)offsets, (void)stream;
+  return EMC_FAIL(EMC_EUNSUPPORTED, "emc_prefetch is not on the CUDA backend yet");
+}
+extern "C" emc_status emc__cuda_apply(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                      const void *grads, const emc_optimizer *opt, void *stream) {
+  (void)c, (void)ids, (void)offsets, (void)grads, (void)opt, (void)stream;
+  return EMC_FAIL(EMC_EUNSUPPORTED, "emc_apply_gradients is not on the CUDA backend yet");
+}
+extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                      uint64_t *unique_ids, uint64_t *unique_offsets,
+                                      uint32_t *inverse, void *stream) {
+  (void)c, (void)ids, (void)offsets, (void)unique_ids, (void)unique_offsets, (void)inverse,
+      (void)stream;
+  return EMC_FAIL(EMC_EUNSUPPORTED, "emc_dedup is not on the CUDA backend yet");
 }

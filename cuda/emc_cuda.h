@@ -21,6 +21,13 @@ emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
 emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                      const void *rows, void *stream);
 emc_status emc__cuda_flush(emc_cache *c, void *stream);
+emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                              void *stream);
+emc_status emc__cuda_apply(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                           const void *grads, const emc_optimizer *opt, void *stream);
+emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                           uint64_t *unique_ids, uint64_t *unique_offsets, uint32_t *inverse,
+                           void *stream);
 emc_status emc__cuda_stats(const emc_cache *c, emc_stats *out);
 /* White-box check of a CUDA cache's device structures (tests): EMC_OK or EMC_ECORRUPT with a
  * detail. Waits for the device. */

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
     }
     if (row >= 0) {
       uint32_t meta = atomicAdd(&g->meta_seq, EMC__META_STEP) + EMC__META_STEP;
-      atomicExch((ull *)&V.ix.lm[i], (ull)emc__lm_make(EMC__LOC_HOST | (uint32_t)row, meta & ~7u));
+      atomicExch((ull *)&V.ix.lm[i], (ull)emc__lm_make(EMC__LOC_HOST | (uint32_t)row, meta & ~EMC__META_FLAGS));
       __threadfence();
       unified++;
     } else {

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(256) k_ins_update(const __grid_constant__ wr_a
         V.ix.stamps[pos] = now;
         __threadfence();
         atomicExch((ull *)&V.ix.lm[pos],
-                   (ull)emc__lm_make(loc, (meta & ~7u) | EMC__META_DIRTY | (emc__lm_meta(lm) & EMC__META_PINNED)));
+                   (ull)emc__lm_make(loc, (meta & ~EMC__META_FLAGS) | EMC__META_DIRTY | (emc__lm_meta(lm) & EMC__META_PINS)));
         dirty_new += !(lm & EMC__LM_DIRTY);
         updated++;
         continue;

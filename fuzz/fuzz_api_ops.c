@@ -538,6 +538,7 @@ static int setup(world *w, fz *f) {
   emc_table_desc d[MAX_T];
   uint32_t t;
   memset(w, 0, sizeof *w);
+  memset(d, 0, sizeof d);
   w->nt = 1u + fz_u8(f) % MAX_T;
   for (t = 0; t < w->nt; t++) {
     uint8_t shape = fz_u8(f), r = fz_u8(f);

@@ -161,14 +161,14 @@ static void store_seeds(void) {
   const char *dir = getenv("TMPDIR");
   snprintf(tmp, sizeof tmp, "%s/emc_make_corpus_%ld.emc", dir && *dir ? dir : "/tmp", (long)getpid());
   {
-    emc_table_desc d[1] = {{"dense", EMC_TABLE_DENSE, 4, 3, EMC_DTYPE_F32}};
+    emc_table_desc d[1] = {{"dense", EMC_TABLE_DENSE, 4, 3, EMC_DTYPE_F32, EMC_STATE_NONE}};
     if (emc_store_create(d, 1, &s) != EMC_OK) die("create");
     if (emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 1) != EMC_OK) die("fill");
     put_store("dense-f32", s, tmp);
     emc_store_destroy(s);
   }
   {
-    emc_table_desc d[1] = {{"h", EMC_TABLE_HASHED, 8, 5, EMC_DTYPE_F16}};
+    emc_table_desc d[1] = {{"h", EMC_TABLE_HASHED, 8, 5, EMC_DTYPE_F16, EMC_STATE_NONE}};
     uint64_t ids[3] = {7, UINT64_MAX, 1ull << 40};
     uint16_t rows[15];
     unsigned i;
@@ -179,9 +179,9 @@ static void store_seeds(void) {
     emc_store_destroy(s);
   }
   {
-    emc_table_desc d[3] = {{"users", EMC_TABLE_DENSE, 6, 2, EMC_DTYPE_F16},
-                           {NULL, EMC_TABLE_HASHED, 4, 1, EMC_DTYPE_F32},
-                           {"items_with_a_longer_name", EMC_TABLE_HASHED, 3, 4, EMC_DTYPE_F32}};
+    emc_table_desc d[3] = {{"users", EMC_TABLE_DENSE, 6, 2, EMC_DTYPE_F16, EMC_STATE_NONE},
+                           {NULL, EMC_TABLE_HASHED, 4, 1, EMC_DTYPE_F32, EMC_STATE_NONE},
+                           {"items_with_a_longer_name", EMC_TABLE_HASHED, 3, 4, EMC_DTYPE_F32, EMC_STATE_NONE}};
     uint64_t ids[2] = {1, 2};
     float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     if (emc_store_create(d, 3, &s) != EMC_OK) die("create");
@@ -191,13 +191,13 @@ static void store_seeds(void) {
     emc_store_destroy(s);
   }
   {
-    emc_table_desc d[1] = {{"", EMC_TABLE_HASHED, 1, 1, EMC_DTYPE_F16}};
+    emc_table_desc d[1] = {{"", EMC_TABLE_HASHED, 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE}};
     if (emc_store_create(d, 1, &s) != EMC_OK) die("create");
     put_store("hashed-empty", s, tmp);
     emc_store_destroy(s);
   }
   {
-    emc_table_desc d[1] = {{"x", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32}};
+    emc_table_desc d[1] = {{"x", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32, EMC_STATE_NONE}};
     if (emc_store_create(d, 1, &s) != EMC_OK) die("create");
     put_store("dense-one", s, tmp);
     emc_store_destroy(s);

@@ -113,7 +113,8 @@ EMC_API const char *emc_host_allocator(void);
   X(EMC_ERANGE, 7, "id or table out of range")                                          \
   X(EMC_EIO, 8, "input/output error")                                                   \
   X(EMC_ECORRUPT, 9, "corrupt or foreign file")                                         \
-  X(EMC_EUNSUPPORTED, 10, "operation not supported in this configuration")
+  X(EMC_EUNSUPPORTED, 10, "operation not supported in this configuration")               \
+  X(EMC_ECAPACITY, 11, "the batch's rows do not fit the cache (pin budget or capacity)")
 
 typedef enum emc_status {
 #define EMC__STATUS_ENUM(name, value, text) name = value,
@@ -141,12 +142,21 @@ typedef enum emc_table_kind {
   EMC_TABLE_HASHED = 1 /* any 64-bit id; at most `rows` distinct ids; a row exists once written */
 } emc_table_kind;
 
+/* Optimizer state kept beside every row of a table, in the store, the cache and the store
+ * file, moved with the row (admitted, written back, saved) but never returned by lookups. */
+typedef enum emc_row_state {
+  EMC_STATE_NONE = 0,   /* the row only (SGD needs nothing more) */
+  EMC_STATE_ADAGRAD = 1 /* one f32 accumulator per row (row-wise Adagrad's sum of mean squared
+                           gradients; 0 at create), read with emc_store_read_state */
+} emc_row_state;
+
 typedef struct emc_table_desc {
   const char *name;    /* table name, copied; NULL gives "t<index>"; at most 255 bytes */
   emc_table_kind kind; /* dense or hashed */
   uint64_t rows;       /* dense: row count; hashed: capacity in distinct ids. >= 1 */
   uint32_t dim;        /* elements per row, 1 .. EMC_MAX_DIM */
   emc_dtype dtype;     /* element type */
+  emc_row_state state; /* optimizer state beside each row; default (0) EMC_STATE_NONE */
 } emc_table_desc;
 
 #define EMC_MAX_TABLES 4096u      /* tables per store */
@@ -253,6 +263,9 @@ typedef struct emc_cache_config {
                                   rows (the unified index), so a miss resolves without a store
                                   probe; default 65536; 0 disables */
   uint64_t hash_seed;          /* seed of XXH3 for hashed-table ids; default 0 */
+  uint32_t prefetch_depth;     /* a row pinned by emc_prefetch stays pinned through the next
+                                  prefetch_depth prefetch calls and is released by the one
+                                  after; default 1; 0 .. 14 */
 } emc_cache_config;
 
 /* Fill *cfg with the defaults above and set struct_size. NULL is ignored. */
@@ -361,6 +374,11 @@ typedef struct emc_stats {
                               per-slot metadata in pages (free bitmaps, hashed tables' owner
                               ids); page headers and row alignment are not counted */
   uint64_t dirty_rows;     /* rows inserted and not yet written back */
+  uint64_t prefetched;     /* distinct rows emc_prefetch pinned (admitted first when missing) */
+  uint64_t pinned_rows;    /* rows pinned now by the live prefetch window */
+  uint64_t pinned_bytes;   /* their slot bytes (<= t2 * capacity_bytes) */
+  uint64_t pin_shortfall;  /* distinct rows emc_prefetch could not pin (the pin budget) */
+  uint64_t gradient_rows;  /* distinct rows emc_apply_gradients updated */
 } emc_stats;
 
 /* Read counters (monotonic) and gauges (now). CUDA backend: read through a private stream
@@ -377,6 +395,113 @@ EMC_API emc_status emc_get_table_rows_cached(const emc_cache *c, uint32_t table,
  * Errors: EMC_EINVAL, EMC_ERANGE (table, dense id >= rows). */
 EMC_API emc_status emc_cache_global_key(const emc_cache *c, uint32_t table, uint64_t id,
                                         uint64_t *key, uint64_t *code, uint32_t *code_bits);
+
+/* ------------------------------------------------------------------ training
+ * A trainer's step: emc_prefetch(batch i+1) (on a side stream), emc_lookup(batch i),
+ * forward/backward, emc_apply_gradients(batch i). Rows stay in the cache, updated and dirty,
+ * and reach the store on eviction, emc_flush or emc_cache_destroy. All three calls, with
+ * emc_dedup, may be called concurrently with lookups from any thread. */
+
+typedef enum emc_optimizer_kind {
+  EMC_OPT_SGD = 0,            /* w = fmaf(-lr, g, w) per element */
+  EMC_OPT_ROWWISE_ADAGRAD = 1 /* one accumulator per row (EMC_STATE_ADAGRAD tables only) */
+} emc_optimizer_kind;
+
+typedef enum emc_grad_merge {
+  EMC_MERGE_SUM = 0, /* duplicate ids of one call: their gradients summed */
+  EMC_MERGE_MEAN = 1 /* ... summed, then divided by the number of positions (the average over
+                        the places the row occurred) */
+} emc_grad_merge;
+
+typedef struct emc_optimizer {
+  size_t struct_size;        /* set by emc_optimizer_init */
+  emc_optimizer_kind kind;   /* default SGD */
+  emc_grad_merge merge;      /* how gradients of duplicate ids in one call combine; default SUM */
+  float lr;                  /* learning rate, finite; default 0.01 */
+  float eps;                 /* Adagrad: finite, >= 0; default 1e-8 */
+  float initial_accumulator; /* Adagrad: finite, >= 0; the accumulator a row starts from: the
+                                step uses initial_accumulator + the row's stored sum; default 0 */
+} emc_optimizer;
+
+/* Fill *o with the defaults above and set struct_size. NULL is ignored. */
+EMC_API void emc_optimizer_init(emc_optimizer *o);
+
+/* Make every row of a batch resident (admitting the missing ones, evicting unpinned
+ * least-recently-used rows as needed) and pin it: a row pinned by a prefetch stays pinned,
+ * never evicted, through the next cfg.prefetch_depth prefetch calls on this cache, and the
+ * one after releases it (unless a later prefetch in the window pinned it again). Pins expire
+ * by themselves: there is no release call. The rows pinned by the live window (this call and
+ * the prefetch_depth before it) may take at most t2 * capacity_bytes; when a batch's rows do
+ * not fit, the call pins what fits, leaves the rest unpinned (a later lookup reads them from
+ * the store: still correct) and returns EMC_ECAPACITY, the detail naming how many rows and
+ * bytes did not fit. Hashed ids absent from the store are skipped (they read as zero rows).
+ *   ids, offsets: a batch as for emc_lookup (see "Batches"), the same memory spaces.
+ * Host backend: stream NULL (ignored); blocking. CUDA backend: asynchronous on stream; a
+ * lookup of the batch on any stream after the prefetch has completed is all hits (rows that
+ * fit); the EMC_ECAPACITY of an asynchronous prefetch is returned by the next emc_prefetch
+ * or emc_flush (and counted in stats.pin_shortfall).
+ * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32), EMC_ERANGE (a
+ * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
+ * then changes nothing), EMC_ECAPACITY (above; the fitting rows are pinned), EMC_ENOMEM,
+ * EMC_EDEVMEM, EMC_ECUDA. Nothing changes on the other errors. */
+EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                void *stream);
+
+/* Apply one optimizer step to the rows of a batch inside the cache, where they stay dirty.
+ *   grads: packed like emc_lookup's out, but always f32: table t's positions hold (n_t, dim)
+ *          floats, whatever the table's dtype. Same memory space rules as out.
+ * For each distinct (table, id) of the batch: g = the gradients of its positions summed in
+ * increasing position order in f32, divided by the number of positions for EMC_MERGE_MEAN.
+ *   SGD: every element w = fmaf(-lr, g, w) in f32 (one rounding), stored in the table's dtype
+ *        (f16: round to nearest even).
+ *   Row-wise Adagrad (EMC_STATE_ADAGRAD tables): s = initial_accumulator + stored sum;
+ *        stored sum += mean_j(g_j * g_j) (summed in element order, divided by dim);
+ *        w_j = w_j - (lr * g_j) / (sqrtf(s') + eps) with s' the new accumulator, each
+ *        operation rounded in f32 (no fused multiply-add).
+ * Rows not in the cache are admitted from the store first (evicting unpinned rows as needed),
+ * or updated in the store when the cache has no room left. Hashed ids absent from the store
+ * get a store row (zero, then updated), as emc_insert does. Cached training is thus
+ * bitwise-equal to updating the store directly. A batch whose distinct rows alone take more
+ * slot bytes than the cache ever holds (t1 * capacity_bytes) is refused (EMC_ECAPACITY).
+ * Host backend: host pointers, stream NULL; blocking. CUDA backend: device or host pointers;
+ * with device buffers asynchronous on stream: no host wait, no host copy of the ids; dense
+ * ids out of range and hashed tables over capacity are then found on the device, the call
+ * changes nothing and the next emc_flush returns the error.
+ * Errors: EMC_EINVAL (NULL cache / grads with ids / opt, bad offsets, opt->struct_size not
+ * sizeof(emc_optimizer), an unknown kind or merge, lr, eps or initial_accumulator NaN or
+ * infinite, eps or initial_accumulator negative, Adagrad on a table without
+ * EMC_STATE_ADAGRAD, n >= 2^32), EMC_ERANGE (a dense id >= rows, a hashed table would
+ * exceed its capacity), EMC_ECAPACITY (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are
+ * found before anything changes. */
+EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                       const void *grads, const emc_optimizer *opt, void *stream);
+
+/* The distinct ids of each table of a batch, in order of first occurrence, as a batch of the
+ * same shape, and for every position the index of its id in that batch:
+ *   unique_ids:     (n,) the distinct ids, table by table (at most n entries are written)
+ *   unique_offsets: (n_tables + 1,) offsets of the unique batch (unique_offsets[0] = 0)
+ *   inverse:        (n,) inverse[p] = the unique batch's position of position p's id, so
+ *                   unique_ids[inverse[p]] == ids[p]
+ * n = offsets[n_tables]; buffers are sized for the worst case, n. A trainer looks the unique
+ * batch up once per distinct row and gathers by inverse (seed B's "distinct embeddings plus an
+ * index vector"). Dense ids are checked as by emc_lookup.
+ * Host backend: host pointers, stream NULL; blocking. CUDA backend: device or host pointers;
+ * with device buffers asynchronous on stream (unique_offsets may be read once stream has
+ * completed; with host buffers the call waits).
+ * Errors: EMC_EINVAL (NULL arguments with ids, bad offsets, n >= 2^32), EMC_ERANGE (a dense id
+ * >= rows; CUDA with device ids: the next emc_flush), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA.
+ * Outputs are untouched on error. */
+EMC_API emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                             uint64_t *unique_ids, uint64_t *unique_offsets, uint32_t *inverse,
+                             void *stream);
+
+/* The optimizer state of n rows of a table (EMC_STATE_ADAGRAD: one float per row, the stored
+ * sum of mean squared gradients) into out (n floats). A hashed id that is absent reads 0. With
+ * an attached cache the store may be behind the cache: emc_flush first.
+ * Errors: EMC_EINVAL (NULL with n > 0, a table without state), EMC_ERANGE (table, dense id >=
+ * rows). Blocking; out is untouched on failure. */
+EMC_API emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64_t *ids,
+                                        size_t n, float *out);
 
 #ifdef __cplusplus
 }

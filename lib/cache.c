@@ -2,6 +2,7 @@
  * cache.c: the public cache API. Validates every argument before anything changes, picks the
  * backend, builds the key codec, and hands validated calls to the backend.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,18 @@ void emc_cache_config_init(emc_cache_config *cfg) {
   cfg->key_bits = 64;
   cfg->unified_index_rows = 65536;
   cfg->hash_seed = 0;
+  cfg->prefetch_depth = 1;
+}
+
+void emc_optimizer_init(emc_optimizer *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->struct_size = sizeof *o;
+  o->kind = EMC_OPT_SGD;
+  o->merge = EMC_MERGE_SUM;
+  o->lr = 0.01f;
+  o->eps = 1e-8f;
+  o->initial_accumulator = 0.0f;
 }
 
 /* The smallest struct_size accepted: everything up to and including key_bits. */
@@ -85,6 +98,9 @@ emc_status emc_device_count(int *out) {
 #define emc__cuda_flush(c, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_stats(c, o) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_table_rows(c, t, o) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_prefetch(c, i, o, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_apply(c, i, o, g, p, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_dedup(c, i, o, u, uo, inv, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #endif
 
 emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, emc_cache **out) {
@@ -112,6 +128,9 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   if (cfg.key_bits != 32 && cfg.key_bits != 64)
     return EMC_FAIL(EMC_EINVAL, "key_bits = %u; must be 32 or 64", cfg.key_bits);
   if (cfg.capacity_bytes == 0) return EMC_FAIL(EMC_EINVAL, "capacity_bytes is 0");
+  if (cfg.prefetch_depth > EMC__PIN_MAX - 1)
+    return EMC_FAIL(EMC_EINVAL, "prefetch_depth = %u; at most %u", cfg.prefetch_depth,
+                    EMC__PIN_MAX - 1);
   if (cfg.unified_index_rows > (1ull << 32))
     return EMC_FAIL(EMC_EINVAL, "unified_index_rows = %llu; at most 2^32",
                     (unsigned long long)cfg.unified_index_rows);
@@ -182,7 +201,8 @@ static emc_status check_batch(const emc_cache *c, const uint64_t *ids, const uin
   if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
   EMC_TRY(emc__check_offsets(c->store, offsets, &total, &bytes));
   if (total > 0 && !ids) return EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)total);
-  if (bytes > 0 && !buf) return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, bytes);
+  if (buf_name && bytes > 0 && !buf)
+    return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, bytes);
   return emc__check_dense_ids(c->store, ids, offsets);
 }
 
@@ -244,4 +264,83 @@ emc_status emc_cache_global_key(const emc_cache *c, uint32_t table, uint64_t id,
   if (code) *code = tc->code;
   if (code_bits) *code_bits = tc->len;
   return EMC_OK;
+}
+
+/* ================================================================= training */
+/* Batches of the training calls index positions with 32-bit integers (emc_dedup's inverse). */
+static emc_status check_positions(const emc_cache *c, const uint64_t *offsets) {
+  uint64_t total = offsets[c->store->n_tables];
+  if (total >= (1ull << 32))
+    return EMC_FAIL(EMC_EINVAL, "%llu ids in one batch; training calls take fewer than 2^32",
+                    (unsigned long long)total);
+  return EMC_OK;
+}
+
+/* The optimizer's fields (both backends, before any pointer is read). */
+static emc_status check_optimizer(const emc_cache *c, const emc_optimizer *o) {
+  if (!o) return EMC_FAIL(EMC_EINVAL, "opt is NULL");
+  if (o->struct_size != sizeof *o)
+    return EMC_FAIL(EMC_EINVAL, "opt->struct_size = %zu, expected %zu: call emc_optimizer_init",
+                    o->struct_size, sizeof *o);
+  if (o->kind != EMC_OPT_SGD && o->kind != EMC_OPT_ROWWISE_ADAGRAD)
+    return EMC_FAIL(EMC_EINVAL, "opt->kind = %d is not SGD or ROWWISE_ADAGRAD", (int)o->kind);
+  if (o->merge != EMC_MERGE_SUM && o->merge != EMC_MERGE_MEAN)
+    return EMC_FAIL(EMC_EINVAL, "opt->merge = %d is not SUM or MEAN", (int)o->merge);
+  if (!isfinite(o->lr)) return EMC_FAIL(EMC_EINVAL, "opt->lr = %g is not finite", (double)o->lr);
+  if (!isfinite(o->eps) || o->eps < 0.0f)
+    return EMC_FAIL(EMC_EINVAL, "opt->eps = %g; must be finite and >= 0", (double)o->eps);
+  if (!isfinite(o->initial_accumulator) || o->initial_accumulator < 0.0f)
+    return EMC_FAIL(EMC_EINVAL, "opt->initial_accumulator = %g; must be finite and >= 0",
+                    (double)o->initial_accumulator);
+  if (o->kind == EMC_OPT_ROWWISE_ADAGRAD) {
+    uint32_t t;
+    for (t = 0; t < c->store->n_tables; t++)
+      if (c->store->tables[t].state != EMC_STATE_ADAGRAD)
+        return EMC_FAIL(EMC_EINVAL,
+                        "row-wise Adagrad needs an accumulator per row: table %u ('%s') was "
+                        "created without EMC_STATE_ADAGRAD",
+                        t, c->store->tables[t].name);
+  }
+  return EMC_OK;
+}
+
+emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                        void *stream) {
+  if (c && IS_CUDA(c)) return emc__cuda_prefetch(c, ids, offsets, stream);
+  (void)stream;
+  EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
+  EMC_TRY(check_positions(c, offsets));
+  return emc__host_prefetch(c, ids, offsets);
+}
+
+emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                               const void *grads, const emc_optimizer *opt, void *stream) {
+  uint64_t total;
+  if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
+  EMC_TRY(check_optimizer(c, opt));
+  if (IS_CUDA(c)) return emc__cuda_apply(c, ids, offsets, grads, opt, stream);
+  (void)stream;
+  EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
+  EMC_TRY(check_positions(c, offsets));
+  total = offsets[c->store->n_tables];
+  if (total > 0 && !grads)
+    return EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)total);
+  return emc__host_apply(c, ids, offsets, grads, opt);
+}
+
+emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                     uint64_t *unique_ids, uint64_t *unique_offsets, uint32_t *inverse,
+                     void *stream) {
+  uint64_t total;
+  if (c && IS_CUDA(c))
+    return emc__cuda_dedup(c, ids, offsets, unique_ids, unique_offsets, inverse, stream);
+  (void)stream;
+  EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
+  EMC_TRY(check_positions(c, offsets));
+  total = offsets[c->store->n_tables];
+  if (!unique_offsets) return EMC_FAIL(EMC_EINVAL, "unique_offsets is NULL");
+  if (total > 0 && (!unique_ids || !inverse))
+    return EMC_FAIL(EMC_EINVAL, "unique_ids or inverse is NULL with %llu ids",
+                    (unsigned long long)total);
+  return emc__host_dedup(c, ids, offsets, unique_ids, unique_offsets, inverse);
 }

@@ -83,7 +83,8 @@ emc_status emc__host_create(emc_cache *c) {
     h->free_page_head = (uint32_t)p;
   }
   h->free_pages = h->n_pages;
-  if ((st = emc__hix_create(h, c->codec.key_bits, g.ix_buckets)) != EMC_OK) {
+  if ((st = emc__hix_create(h, c->codec.key_bits, g.ix_buckets)) != EMC_OK ||
+      (st = emc__pins_create(c)) != EMC_OK) {
     emc__host_destroy(c);
     return st;
   }
@@ -94,6 +95,7 @@ void emc__host_destroy(emc_cache *c) {
   emc__host_cache *h = c->host;
   if (!h) return;
   emc__hix_destroy(h);
+  emc__pins_destroy(h);
   emc__free(h->arena, h->arena_bytes);
   if (h->lock_ok) pthread_mutex_destroy(&h->lock);
   free(h->layout);
@@ -177,11 +179,8 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
 }
 
 /* ================================================================= admission (writer) */
-/* Fill a free slot of table t with row, for (id, key), dirty or clean, and publish it: at
- * `pos` when it holds id's unified-index entry (the entry now points at the slot), else as a
- * new entry. Caller holds the lock and made room. 0 when the pool has no free slot. */
-static int admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
-                     const unsigned char *row, int dirty, uint64_t now) {
+int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
+                   const unsigned char *row, int dirty, uint64_t now) {
   emc__host_cache *h = c->host;
   const emc__page_layout *L = &h->layout[t];
   int64_t loc = emc__pool_alloc(h, t);
@@ -190,7 +189,7 @@ static int admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_
   if (loc < 0) return 0;
   pg = emc__page_at(h, (uint64_t)loc / h->max_slots);
   emc__row_store(emc__slot_row(pg, L, (uint32_t)(loc % h->max_slots)), row,
-                 c->store->tables[t].row_bytes);
+                 c->store->tables[t].full_bytes);
   if (L->off_owner) EMC_ST_RELAXED(emc__slot_owner(pg, L, (uint32_t)(loc % h->max_slots)), id);
   lm = emc__lm_make((uint32_t)loc, emc__next_meta(h, dirty ? EMC__META_DIRTY : 0));
   if (pos >= 0) { /* unified entry -> slot */
@@ -207,10 +206,7 @@ static int admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_
   return 1;
 }
 
-/* Where may (t, id, key) be admitted? After make_room (a pass may have changed the index):
- * -1 for a new entry, the position of id's unified entry, or -2 when the key is taken (by
- * id's own slot: cached meanwhile; by another id: a hashed collision, *collision set). */
-static int64_t admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int *collision) {
+int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int *collision) {
   emc__host_cache *h = c->host;
   int64_t pos = emc__index_find(&h->ix, key);
   uint64_t lm;
@@ -235,7 +231,7 @@ static void admit_misses(emc_cache *c, const uint64_t *ids, const uint64_t *offs
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }
-  if (!(row = malloc(h->max_stride))) { /* one row of the widest table */
+  if (!(row = malloc(h->max_stride))) { /* one row (and state) of the widest table */
     pthread_mutex_unlock(&h->lock);
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
@@ -250,16 +246,16 @@ static void admit_misses(emc_cache *c, const uint64_t *ids, const uint64_t *offs
         skipped++;
         continue;
       }
-      pos = admit_pos(c, t, ids[i], keys[i], &collision);
+      pos = emc__admit_pos(c, t, ids[i], keys[i], &collision);
       if (pos == -2) { /* cached meanwhile (a duplicate of this batch, or another thread) */
         skipped += collision;
         continue;
       }
       srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)ids[i] : emc__store_find(tb, ids[i]);
       if (srow < 0) continue;
-      /* the current store row: store rows change only under this lock */
-      emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->row_bytes);
-      if (admit_row(c, t, ids[i], keys[i], pos, row, 0, now)) admitted++;
+      /* the current store row and its state: store rows change only under this lock */
+      emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
+      if (emc__admit_row(c, t, ids[i], keys[i], pos, row, 0, now)) admitted++;
       else skipped++;
     }
   }
@@ -350,21 +346,19 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
 }
 
 /* ================================================================= insert */
-/* Update the cached row of the entry at pos in place (dirty), by the writer protocol. */
-static void update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
-                            const unsigned char *src, uint64_t now) {
+void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
+                          const unsigned char *src, uint32_t bytes, uint64_t now) {
   emc__host_cache *h = c->host;
   uint32_t loc = emc__lm_loc(lm);
   unsigned char *pg = emc__page_at(h, loc / h->max_slots);
   EMC_ST_RELAXED(&h->ix.lm[pos], lm | EMC__LM_BUSY);
   EMC_FENCE_RELEASE();
-  emc__row_store(emc__slot_row(pg, &h->layout[t], loc % h->max_slots), src,
-                 c->store->tables[t].row_bytes);
+  emc__row_store(emc__slot_row(pg, &h->layout[t], loc % h->max_slots), src, bytes);
   EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
   EMC_FENCE_RELEASE();
   EMC_ST_RELAXED(&h->ix.lm[pos],
                  emc__lm_make(loc, emc__next_meta(h, EMC__META_DIRTY |
-                                                         (emc__lm_meta(lm) & EMC__META_PINNED))));
+                                                         (emc__lm_meta(lm) & EMC__META_PINS))));
   if (!(lm & EMC__LM_DIRTY)) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
 }
 
@@ -375,7 +369,10 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
   const unsigned char *src = rows;
   uint64_t now, i, inserted = 0;
   uint32_t t;
+  unsigned char *full_row;
   if (offsets[s->n_tables] == 0) return EMC_OK;
+  if (!(full_row = malloc(h->max_stride))) /* a row and its state, for admissions */
+    return EMC_FAIL(EMC_ENOMEM, "one row of %u bytes", h->max_stride);
   now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&h->lock);
   /* hashed tables: the batch's new ids must fit the store's free capacity (checked under the
@@ -387,6 +384,7 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
     fresh = emc__count_new_ids(tb, ids + offsets[t], (size_t)n);
     if (fresh == (uint64_t)-1 || fresh > tb->rows - tb->count) {
       pthread_mutex_unlock(&h->lock);
+      free(full_row);
       if (fresh == (uint64_t)-1)
         return EMC_FAIL(EMC_ENOMEM, "scratch set of %llu ids", (unsigned long long)n);
       return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
@@ -410,7 +408,7 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
         uint64_t lm = emc__ix_lm(&h->ix, (uint64_t)pos);
         int mine = emc__hix_entry_is(c, t, lm, id);
         if (mine && !(emc__lm_loc(lm) & EMC__LOC_HOST)) { /* cached: update in place */
-          update_in_place(c, t, pos, lm, src, now);
+          emc__update_in_place(c, t, pos, lm, src, tb->row_bytes, now);
           continue;
         }
         if (!mine) { /* hashed collision: this id is never cached */
@@ -419,8 +417,15 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
         }
       }
       if (emc__make_room(c, L->stride, now)) {
-        pos = admit_pos(c, t, id, key, &collision); /* the pass may have changed the index */
-        if (pos != -2 && admit_row(c, t, id, key, pos, src, 1, now)) continue;
+        const unsigned char *full = src;
+        pos = emc__admit_pos(c, t, id, key, &collision); /* the pass may have changed the index */
+        if (tb->state != EMC_STATE_NONE && pos != -2) { /* the slot takes the store's state */
+          memcpy(full_row, src, tb->row_bytes);
+          emc__row_load(full_row + tb->state_off, emc__store_row(tb, (uint64_t)srow) + tb->state_off,
+                        tb->full_bytes - tb->state_off);
+          full = full_row;
+        }
+        if (pos != -2 && emc__admit_row(c, t, id, key, pos, full, 1, now)) continue;
       }
       /* no room (t1 too close to t2 for this row, or no page left): write through */
       emc__store_row_write(s, t, (uint64_t)srow, src);
@@ -429,6 +434,7 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
   emc__hix_maintain(c, 0);
   if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
   pthread_mutex_unlock(&h->lock);
+  free(full_row);
   EMC__CNT_ADD(h->n_inserts, inserted);
   return EMC_OK;
 }
@@ -493,6 +499,11 @@ void emc__host_stats(const emc_cache *c, emc_stats *o) {
   o->capacity_bytes = c->cfg.capacity_bytes;
   o->index_bytes = metadata_bytes(c);
   o->dirty_rows = EMC__LD(h->dirty_rows);
+  o->prefetched = EMC__LD(h->n_prefetched);
+  o->pinned_rows = EMC__LD(h->pinned_rows);
+  o->pinned_bytes = EMC__LD(h->pinned_bytes);
+  o->pin_shortfall = EMC__LD(h->n_pin_shortfall);
+  o->gradient_rows = EMC__LD(h->n_grad_rows);
 }
 
 uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table) {
@@ -662,6 +673,7 @@ emc_status emc__cache_check(emc_cache *c) {
         (unsigned long long)h->bytes_in_use, (unsigned long long)bytes);
   CHECK(dirty == h->dirty_rows, "dirty rows %llu, recorded %llu", (unsigned long long)dirty,
         (unsigned long long)h->dirty_rows);
+  st = emc__pins_check(c);
 out:
   pthread_mutex_unlock(&h->lock);
   free(per_table);

@@ -231,9 +231,10 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
  *     loc   a pool slot handle (page * max_slots + slot, < 2^31), or EMC__LOC_HOST | row for
  *           a unified-index entry (a hashed row in host memory, row < 2^31).
  *     meta  bit 0 BUSY: a writer is changing the row (and every free position's lm is BUSY);
- *           bit 1 DIRTY: the row differs from the store; bit 2 PINNED (prefetch pins); bits
- *           3..31: a counter that every write of a row or an entry draws fresh from one
- *           writer-side sequence (writers are serialized), so (loc, meta) names one write.
+ *           bit 1 DIRTY: the row differs from the store; bits 2..5 PINS: how many live
+ *           prefetch calls pinned the row (a pinned row is never evicted); bits 6..31: a
+ *           counter that every write of a row or an entry draws fresh from one writer-side
+ *           sequence (writers are serialized), so (loc, meta) names one write.
  * No id is stored for dense tables (their key is a bijection of the id); hashed tables keep
  * the id of each cached row in its pool page (owner), which is how a reader tells a row from
  * a key collision.
@@ -249,7 +250,7 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
  *   4. read the row at loc(lm1) (relaxed loads), and for hashed tables its owner id
  *   5. acquire fence
  *   6. lm2 = lm[pos], key2 = keys[pos] (relaxed)
- *   valid iff key2 == key, lm1 is not BUSY and lm1, lm2 agree but for DIRTY/PINNED.
+ *   valid iff key2 == key, lm1 is not BUSY and lm1, lm2 agree but for DIRTY and PINS.
  * Writer protocol (all writers of a cache are serialized; release fences order the steps):
  *   admit    write the row (and owner) into a free slot; fence; lm = (slot, fresh meta);
  *            fence; key = K.  (The device claims a free position by CAS on the key first,
@@ -264,7 +265,8 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
  * meta). An update's row stores lie between a BUSY lm and a fresh meta: a load that observed
  * one makes lm2 differ. A reader that saw K but an lm older than K's publication sees lm2
  * differ (the admission's fence orders lm before the key). Meta counters repeat only after
- * 2^29 writes, which no reader outlives.
+ * 2^26 writes, which no reader outlives. DIRTY and PINS change without a new counter (flush,
+ * pins): the row is the same, readers need not retry.
  *
  * A miss is trusted only when the index's re-pack epoch (*epoch) was even and unchanged
  * around the probe: e1 = epoch (acquire) before the probe; after it, an acquire fence and
@@ -279,19 +281,25 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
 #define EMC__LOC_MAX 0x7fffffffu      /* largest slot handle / host row an entry can name */
 #define EMC__META_BUSY 1u
 #define EMC__META_DIRTY 2u
-#define EMC__META_PINNED 4u
-#define EMC__META_STEP 8u             /* one step of the meta counter */
+#define EMC__META_PIN_SHIFT 2u
+#define EMC__META_PIN_ONE (1u << EMC__META_PIN_SHIFT) /* one pin */
+#define EMC__META_PINS (15u << EMC__META_PIN_SHIFT)   /* the pin count's bits */
+#define EMC__PIN_MAX 15u              /* pins an entry can hold (prefetch_depth + 1 at most) */
+#define EMC__META_STEP 64u            /* one step of the meta counter */
+#define EMC__META_FLAGS (EMC__META_STEP - 1u)
 #define EMC__LM_BUSY ((uint64_t)EMC__META_BUSY << 32)
 #define EMC__LM_DIRTY ((uint64_t)EMC__META_DIRTY << 32)
-#define EMC__LM_PINNED ((uint64_t)EMC__META_PINNED << 32)
+#define EMC__LM_PINS ((uint64_t)EMC__META_PINS << 32)
+#define EMC__LM_PIN_ONE ((uint64_t)EMC__META_PIN_ONE << 32)
 #define EMC__LM_FREE (~0ull)          /* lm of a position that holds no entry */
 
 EMC_HD uint64_t emc__lm_make(uint32_t loc, uint32_t meta) { return ((uint64_t)meta << 32) | loc; }
 EMC_HD uint32_t emc__lm_loc(uint64_t lm) { return (uint32_t)lm; }
 EMC_HD uint32_t emc__lm_meta(uint64_t lm) { return (uint32_t)(lm >> 32); }
-/* Does (lm1, lm2) validate a read? Same write (DIRTY/PINNED may change), not BUSY. */
+EMC_HD uint32_t emc__lm_pins(uint64_t lm) { return (emc__lm_meta(lm) & EMC__META_PINS) >> EMC__META_PIN_SHIFT; }
+/* Does (lm1, lm2) validate a read? Same write (DIRTY and PINS may change), not BUSY. */
 EMC_HD int emc__lm_same(uint64_t lm1, uint64_t lm2) {
-  return !(lm1 & EMC__LM_BUSY) && ((lm1 ^ lm2) & ~(EMC__LM_DIRTY | EMC__LM_PINNED)) == 0;
+  return !(lm1 & EMC__LM_BUSY) && ((lm1 ^ lm2) & ~(EMC__LM_DIRTY | EMC__LM_PINS)) == 0;
 }
 
 typedef struct emc__index_view {
@@ -724,6 +732,81 @@ EMC_HD float emc__f16_to_f32(uint16_t h) {
   }
   memcpy(&f, &x, 4);
   return f;
+}
+
+/* ------------------------------------------------------------------- optimizers
+ * The arithmetic of emc_apply_gradients, per element, in f32, each operation rounded once in
+ * the order written: no contraction into fused multiply-adds except SGD's explicit fmaf (the
+ * device uses the _rn intrinsics; lib/ is compiled with -ffp-contract=off). Host and device
+ * running these functions give bitwise the same rows. */
+#if defined(__CUDA_ARCH__)
+#define EMC_FADD(a, b) __fadd_rn((a), (b))
+#define EMC_FSUB(a, b) __fsub_rn((a), (b))
+#define EMC_FMUL(a, b) __fmul_rn((a), (b))
+#define EMC_FDIV(a, b) __fdiv_rn((a), (b))
+#define EMC_FSQRT(a) __fsqrt_rn(a)
+#define EMC_FMAF(a, b, c) __fmaf_rn((a), (b), (c))
+#else
+#define EMC_FADD(a, b) ((float)((a) + (b)))
+#define EMC_FSUB(a, b) ((float)((a) - (b)))
+#define EMC_FMUL(a, b) ((float)((a) * (b)))
+#define EMC_FDIV(a, b) ((float)((a) / (b)))
+#define EMC_FSQRT(a) __builtin_sqrtf(a)
+#define EMC_FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
+#endif
+
+/* Element j of a row of `dtype` (0 f32, 1 f16) as f32, and back (f16: round to nearest even). */
+EMC_HD float emc__elem_get(const unsigned char *row, uint32_t dtype, uint32_t j) {
+  if (dtype == 0) {
+    float f;
+    memcpy(&f, row + 4u * j, 4);
+    return f;
+  } else {
+    uint16_t h;
+    memcpy(&h, row + 2u * j, 2);
+    return emc__f16_to_f32(h);
+  }
+}
+EMC_HD void emc__elem_set(unsigned char *row, uint32_t dtype, uint32_t j, float f) {
+  if (dtype == 0) {
+    memcpy(row + 4u * j, &f, 4);
+  } else {
+    uint16_t h = emc__f32_to_f16(f);
+    memcpy(row + 2u * j, &h, 2);
+  }
+}
+
+/* The merged gradient of a row: acc = g_first, then acc += g for each later position in
+ * increasing position order (emc__grad_add), then for MEAN acc /= count (emc__grad_mean). */
+EMC_HD void emc__grad_add(float *acc, const float *g, uint32_t dim) {
+  uint32_t j;
+  for (j = 0; j < dim; j++) acc[j] = EMC_FADD(acc[j], g[j]);
+}
+EMC_HD void emc__grad_mean(float *acc, uint32_t count, uint32_t dim) {
+  uint32_t j;
+  float n = (float)count;
+  if (count <= 1) return;
+  for (j = 0; j < dim; j++) acc[j] = EMC_FDIV(acc[j], n);
+}
+
+/* One optimizer step on a row held in private memory: row (dim elements of dtype), state (the
+ * row's accumulator; Adagrad only), g (the merged gradient, f32). kind 0 SGD: w = fmaf(-lr, g,
+ * w). kind 1 row-wise Adagrad: stored += (sum_j g_j * g_j) / dim; s = init + stored;
+ * w_j = w_j - (lr * g_j) / (sqrt(s) + eps). */
+EMC_HD void emc__opt_step(unsigned char *row, float *state, const float *g, uint32_t dim,
+                          uint32_t dtype, uint32_t kind, float lr, float eps, float init) {
+  uint32_t j;
+  if (kind == 0) {
+    for (j = 0; j < dim; j++) emc__elem_set(row, dtype, j, EMC_FMAF(-lr, g[j], emc__elem_get(row, dtype, j)));
+  } else {
+    float sum = 0.0f, s, denom;
+    for (j = 0; j < dim; j++) sum = EMC_FADD(sum, EMC_FMUL(g[j], g[j]));
+    *state = EMC_FADD(*state, EMC_FDIV(sum, (float)dim));
+    s = EMC_FADD(init, *state);
+    denom = EMC_FADD(EMC_FSQRT(s), eps);
+    for (j = 0; j < dim; j++)
+      emc__elem_set(row, dtype, j, EMC_FSUB(emc__elem_get(row, dtype, j), EMC_FDIV(EMC_FMUL(lr, g[j]), denom)));
+  }
 }
 
 /* ------------------------------------------------------------------- uniform rows */

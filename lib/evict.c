@@ -5,13 +5,14 @@
  * A pass runs when admitting or inserting a row would take the bytes in use above
  * t1 * capacity. It walks the index entries (each live pool entry carries its stamp):
  *   scan 1  a histogram of ages (now - stamp, 16-bit, clamped to EMC__AGE_CLAMP), weighted by
- *           the row's stride, EMC__HIST_BUCKETS buckets of 8 calls each;
+ *           the row's stride, EMC__HIST_BUCKETS buckets of 8 calls each (rows pinned by
+ *           emc_prefetch are never evicted and not counted);
  *   cut     from the oldest bucket down, the bucket where the bytes reach the need
  *           (bytes in use - t2 * capacity);
  *   scan 2  evict every entry older than the cut bucket, then entries of the cut bucket until
  *           the need is met, then, if readers restamped rows since scan 1, any entry but those
- *           touched by this call, and as a last resort any entry: every pass ends at or below
- *           t2.
+ *           touched by this call, and as a last resort any unpinned entry: every pass ends at
+ *           or below t2 (pinned rows take at most t2 * capacity, train_host.c).
  * Evicting writes a dirty row back to the store first, then removes the entry (or turns a
  * hashed row's entry into a unified-index entry pointing at its store row, while the unified
  * budget lasts), then frees the slot. Unified entries of earlier passes are dropped, all at
@@ -36,7 +37,7 @@ void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc) {
     row = emc__store_find(tb, EMC_LD_RELAXED(emc__slot_owner(pg, L, s)));
     if (row < 0) return; /* cannot happen: hashed rows get their store row when cached */
   }
-  emc__store_row_write(c->store, t, (uint64_t)row, emc__slot_row(pg, L, s));
+  emc__store_full_write(c->store, t, (uint64_t)row, emc__slot_row(pg, L, s)); /* row, state */
   EMC__CNT_ADD(h->n_writebacks, 1);
 }
 
@@ -61,13 +62,13 @@ void emc__age_stamps(emc_cache *c, uint64_t now) {
   __atomic_store_n(&h->aged_at, now, __ATOMIC_RELAXED);
 }
 
-/* The live pool entry at pos, if any: its table, lm and key. */
+/* The live, unpinned pool entry at pos, if any (what a pass may evict): its table, lm, key. */
 static int pool_entry(const emc__host_cache *h, uint64_t pos, uint32_t *t, uint64_t *lm,
                       uint64_t *key) {
   uint64_t k = emc__ix_key(&h->ix, pos), l;
   if (k == emc__key_empty(h->ix.key_bits) || k == emc__key_tomb(h->ix.key_bits)) return 0;
   l = emc__ix_lm(&h->ix, pos);
-  if (emc__lm_loc(l) & EMC__LOC_HOST) return 0;
+  if ((emc__lm_loc(l) & EMC__LOC_HOST) || (l & EMC__LM_PINS)) return 0;
   *t = emc__hdr_at(h, emc__lm_loc(l) / h->max_slots)->table;
   *lm = l;
   *key = k;
@@ -148,9 +149,10 @@ static void evict_pass(emc_cache *c, uint64_t now) {
   memset(h->hist, 0, EMC__HIST_BUCKETS * sizeof *h->hist);
   for (i = 0; i < h->ix_slots; i++) {
     uint32_t t, b;
-    uint64_t lm, key;
+    uint64_t lm, key, k = emc__ix_key(&h->ix, i);
+    if (k == emc__key_empty(h->ix.key_bits) || k == emc__key_tomb(h->ix.key_bits)) continue;
+    b = entry_age(h, i, now) / AGE_WIDTH; /* every entry's stamp is clamped, pinned ones too */
     if (!pool_entry(h, i, &t, &lm, &key)) continue;
-    b = entry_age(h, i, now) / AGE_WIDTH;
     h->hist[b < EMC__HIST_BUCKETS ? b : EMC__HIST_BUCKETS - 1] += h->layout[t].stride;
   }
   __atomic_store_n(&h->aged_at, now, __ATOMIC_RELAXED);

@@ -7,6 +7,7 @@
  *                 slot allocation through per-page free bitmaps
  *   evict.c       the eviction pass (approximate LRU between t1 and t2), stamp aging
  *   cache_host.c  the backend's calls: create, lookup, insert, flush, stats, white-box checks
+ *   train_host.c  the training calls: dedup, prefetch (and its pins), apply_gradients
  *
  * Concurrency: one writer lock (`lock`) serializes every change; lookups take no lock and read
  * by the protocol of lib/emc_item.h ("index").
@@ -17,6 +18,12 @@
 #include "internal.h"
 
 #define EMC__HIST_BUCKETS 4096u
+
+/* The global keys one prefetch call pinned (each key once). */
+typedef struct emc__pin_list {
+  uint64_t *keys;
+  uint64_t n, cap;
+} emc__pin_list;
 
 struct emc__host_cache {
   /* pool (pool.c) */
@@ -61,6 +68,13 @@ struct emc__host_cache {
   uint64_t passes_above_low, max_after_pass, calls_above_high, repacks;
   /* eviction scratch (writer only) */
   uint64_t *hist;             /* EMC__HIST_BUCKETS */
+  /* prefetch pins (train_host.c; writer only but the gauges, read atomic) */
+  emc__pin_list *pins;        /* prefetch_depth + 1 lists: the keys each live prefetch pinned */
+  uint32_t n_pin_lists;       /* prefetch_depth + 1 */
+  uint32_t pin_next;          /* the list the next prefetch releases and refills */
+  uint64_t pinned_bytes;      /* strides of entries with a pin count > 0 (<= low_bytes) */
+  uint64_t pinned_rows;       /* entries with a pin count > 0 */
+  uint64_t n_prefetched, n_pin_shortfall, n_grad_rows; /* counters (atomic) */
 };
 
 #define EMC__CNT_ADD(field, v) __atomic_fetch_add(&(field), (v), __ATOMIC_RELAXED)
@@ -86,6 +100,30 @@ static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
   h->meta_seq += EMC__META_STEP;
   return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
 }
+
+/* ---------------------------------------------------------------- cache_host.c (writer) */
+/* Where may (t, id, key) be admitted? After make_room (a pass may have changed the index):
+ * -1 for a new entry, the position of id's unified entry, or -2 when the key is taken (by
+ * id's own slot: cached meanwhile; by another id: a hashed collision, *collision set). */
+EMC_INTERNAL int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key,
+                                    int *collision);
+/* Fill a free slot of table t with `row` (full_bytes: the row and its optimizer state), for
+ * (id, key), dirty or clean, and publish it: at `pos` when it holds id's unified-index entry
+ * (the entry now points at the slot), else as a new entry. Caller made room. 0 when the pool
+ * has no free slot. */
+EMC_INTERNAL int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
+                                const unsigned char *row, int dirty, uint64_t now);
+/* Overwrite the first `bytes` bytes of the cached slot of the entry (pos, lm) in place by the
+ * writer protocol; the entry becomes dirty, its pins stay. */
+EMC_INTERNAL void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
+                                       const unsigned char *src, uint32_t bytes, uint64_t now);
+
+/* ---------------------------------------------------------------- train_host.c */
+EMC_INTERNAL emc_status emc__pins_create(emc_cache *c);
+EMC_INTERNAL void emc__pins_destroy(emc__host_cache *h);
+/* White-box check of the pins (writer lock held): every entry's pin count equals the number
+ * of live lists naming its key, only pool entries are pinned, the gauges add up. */
+EMC_INTERNAL emc_status emc__pins_check(emc_cache *c);
 
 /* ---------------------------------------------------------------- pool.c */
 /* A free slot of table t (a page is taken from the arena if needed): its handle, or -1. */

@@ -56,8 +56,11 @@ typedef struct emc__table {
   emc_table_kind kind;  /* dense / hashed */
   emc_dtype dtype;      /* element type */
   uint32_t dim;         /* elements per row */
-  uint32_t row_bytes;   /* dim * dtype size */
-  uint32_t stride;      /* emc__row_stride(row_bytes) */
+  uint32_t row_bytes;   /* dim * dtype size: what lookups return */
+  uint32_t state;       /* emc_row_state */
+  uint32_t state_off;   /* byte offset of the optimizer state in a row slot (4-aligned) */
+  uint32_t full_bytes;  /* row and state: what moves between store and cache */
+  uint32_t stride;      /* emc__row_stride(full_bytes) */
   uint64_t rows;        /* dense: rows; hashed: capacity */
   unsigned char *base;  /* rows * stride bytes, 64-byte aligned */
   size_t base_bytes;    /* bytes allocated at base */
@@ -95,8 +98,16 @@ EMC_INTERNAL int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64
 /* Read a store row with the stripe-version protocol into dst (row_bytes). Never blocks;
  * retries while a writer changes the row. */
 EMC_INTERNAL void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst);
-/* Write a store row under the stripe version. Caller holds the writer lock. */
+/* Write a store row under the stripe version (row_bytes: the optimizer state stays). Caller
+ * holds the writer lock. */
 EMC_INTERNAL void emc__store_row_write(emc_store *s, uint32_t table, uint64_t row, const void *src);
+/* The same for the row and its optimizer state together (full_bytes). */
+EMC_INTERNAL void emc__store_full_read(const emc_store *s, uint32_t table, uint64_t row, void *dst);
+EMC_INTERNAL void emc__store_full_write(emc_store *s, uint32_t table, uint64_t row, const void *src);
+/* Bytes of a row with state words: the row rounded up to 4 bytes, then 4 per state word. */
+static inline uint32_t emc__full_bytes(uint32_t row_bytes, uint32_t state) {
+  return state == EMC_STATE_NONE ? row_bytes : ((row_bytes + 3u) & ~3u) + 4u;
+}
 
 /* Store construction pieces shared by store.c and store_io.c. */
 EMC_INTERNAL emc_status emc__table_desc_check(const emc_table_desc *d, uint32_t i);
@@ -187,6 +198,18 @@ EMC_INTERNAL emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, cons
 EMC_INTERNAL emc_status emc__host_flush(emc_cache *c);
 EMC_INTERNAL void emc__host_stats(const emc_cache *c, emc_stats *out);
 EMC_INTERNAL uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table);
+/* Training calls (train_host.c). */
+EMC_INTERNAL emc_status emc__host_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                        uint64_t *unique_ids, uint64_t *unique_offsets,
+                                        uint32_t *inverse);
+EMC_INTERNAL emc_status emc__host_prefetch(emc_cache *c, const uint64_t *ids,
+                                           const uint64_t *offsets);
+EMC_INTERNAL emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                        const float *grads, const emc_optimizer *opt);
+/* emc_dedup's work on host memory, for any backend (outputs untouched on failure). */
+EMC_INTERNAL emc_status emc__dedup_batch(uint32_t n_tables, const uint64_t *ids,
+                                         const uint64_t *offsets, uint64_t *unique_ids,
+                                         uint64_t *unique_offsets, uint32_t *inverse);
 
 /* ------------------------------------------------------------------ cache checks
  * White-box checks for tests and fuzzers (not part of the public contract). */

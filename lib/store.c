@@ -57,6 +57,9 @@ emc_status emc__table_desc_check(const emc_table_desc *d, uint32_t i) {
     return EMC_FAIL(EMC_EINVAL, "table %u: dim = %u, must be 1..%u", i, d->dim, EMC_MAX_DIM);
   if (d->name && strlen(d->name) > 255)
     return EMC_FAIL(EMC_EINVAL, "table %u: name longer than 255 bytes", i);
+  if (d->state != EMC_STATE_NONE && d->state != EMC_STATE_ADAGRAD)
+    return EMC_FAIL(EMC_EINVAL, "table %u: state %d is neither NONE nor ADAGRAD", i,
+                    (int)d->state);
   return EMC_OK;
 }
 
@@ -76,7 +79,10 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
   t->dtype = d->dtype;
   t->dim = d->dim;
   t->row_bytes = (uint32_t)(d->dim * emc_dtype_size(d->dtype));
-  t->stride = (uint32_t)emc__row_stride(t->row_bytes);
+  t->state = (uint32_t)d->state;
+  t->state_off = (t->row_bytes + 3u) & ~3u;
+  t->full_bytes = emc__full_bytes(t->row_bytes, t->state);
+  t->stride = (uint32_t)emc__row_stride(t->full_bytes);
   t->rows = d->rows;
   if (t->rows > SIZE_MAX / t->stride)
     return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): %llu rows of %u bytes overflow", i, t->name,
@@ -167,6 +173,7 @@ emc_status emc_store_table(const emc_store *s, uint32_t table, emc_table_desc *o
   out->rows = t->rows;
   out->dim = t->dim;
   out->dtype = t->dtype;
+  out->state = (emc_row_state)t->state;
   return EMC_OK;
 }
 
@@ -211,7 +218,8 @@ int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const 
 }
 
 /* ----------------------------------------------------------------- row versions */
-void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst) {
+static void store_read_bytes(const emc_store *s, uint32_t table, uint64_t row, void *dst,
+                             uint32_t bytes) {
   const emc__table *t = &s->tables[table];
   uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
   const unsigned char *src = emc__store_row(t, row);
@@ -221,20 +229,34 @@ void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void 
       sched_yield();
       continue;
     }
-    emc__row_load(dst, src, t->row_bytes);
+    emc__row_load(dst, src, bytes);
     EMC_FENCE_ACQUIRE();
     v2 = EMC_LD_RELAXED(v);
     if (v1 == v2) return;
   }
 }
 
-void emc__store_row_write(emc_store *s, uint32_t table, uint64_t row, const void *src) {
+static void store_write_bytes(emc_store *s, uint32_t table, uint64_t row, const void *src,
+                              uint32_t bytes) {
   const emc__table *t = &s->tables[table];
   uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
   EMC_ST_RELAXED(v, EMC_LD_RELAXED(v) + 1u);
   EMC_FENCE_RELEASE();
-  emc__row_store(emc__store_row(t, row), src, t->row_bytes);
+  emc__row_store(emc__store_row(t, row), src, bytes);
   EMC_ST_RELEASE(v, EMC_LD_RELAXED(v) + 1u);
+}
+
+void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst) {
+  store_read_bytes(s, table, row, dst, s->tables[table].row_bytes);
+}
+void emc__store_row_write(emc_store *s, uint32_t table, uint64_t row, const void *src) {
+  store_write_bytes(s, table, row, src, s->tables[table].row_bytes);
+}
+void emc__store_full_read(const emc_store *s, uint32_t table, uint64_t row, void *dst) {
+  store_read_bytes(s, table, row, dst, s->tables[table].full_bytes);
+}
+void emc__store_full_write(emc_store *s, uint32_t table, uint64_t row, const void *src) {
+  store_write_bytes(s, table, row, src, s->tables[table].full_bytes);
 }
 
 emc_status emc__store_attach(emc_store *s) {
@@ -475,5 +497,37 @@ emc_status emc_store_read(const emc_store *s, uint32_t table, const uint64_t *id
       else emc__store_row_read(s, table, (uint64_t)row, dst);
     }
   }
+  return EMC_OK;
+}
+
+emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64_t *ids, size_t n,
+                                float *out) {
+  const emc__table *t;
+  unsigned char *buf;
+  size_t i;
+  if (!s) return EMC_FAIL(EMC_EINVAL, "s is NULL");
+  if (table >= s->n_tables)
+    return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
+  t = &s->tables[table];
+  if (t->state == EMC_STATE_NONE)
+    return EMC_FAIL(EMC_EINVAL, "table %u ('%s') keeps no optimizer state", table, t->name);
+  if (n == 0) return EMC_OK;
+  if (!ids || !out) return EMC_FAIL(EMC_EINVAL, "ids or out is NULL with n = %zu", n);
+  if (t->kind == EMC_TABLE_DENSE)
+    for (i = 0; i < n; i++)
+      if (ids[i] >= t->rows)
+        return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%zu] = %llu >= rows %llu", table,
+                        t->name, i, (unsigned long long)ids[i], (unsigned long long)t->rows);
+  if (!(buf = malloc(t->stride))) return EMC_FAIL(EMC_ENOMEM, "row buffer");
+  for (i = 0; i < n; i++) {
+    int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)ids[i] : emc__store_find(t, ids[i]);
+    float v = 0.0f;
+    if (row >= 0) {
+      emc__store_full_read(s, table, (uint64_t)row, buf); /* row and state under one version */
+      memcpy(&v, buf + t->state_off, sizeof v);
+    }
+    out[i] = v;
+  }
+  free(buf);
   return EMC_OK;
 }

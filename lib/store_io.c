@@ -288,7 +288,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
     uint64_t seen = 0;
     for (i = 0; i < n_tables; i++) {
       unsigned char fx[EMC__DESC_FIXED], pad[8];
-      emc_table_desc td;
+      emc_table_desc td = {0};
       uint64_t rb, want;
       if ((st = rd_bytes(&r, fx, sizeof fx, "descriptors")) != EMC_OK) goto fail;
       memcpy(&fd[i].kind, fx, 4);
@@ -350,7 +350,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   /* tables */
   if ((st = emc__store_shell(n_tables, &s)) != EMC_OK) goto fail;
   for (i = 0; i < n_tables; i++) {
-    emc_table_desc td;
+    emc_table_desc td = {0};
     emc__table *t;
     uint64_t k;
     td.name = fd[i].name;

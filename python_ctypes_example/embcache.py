@@ -81,7 +81,7 @@ _c_u64p = ctypes.POINTER(ctypes.c_uint64)
 
 class _TableDesc(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("rows", ctypes.c_uint64),
-                ("dim", ctypes.c_uint32), ("dtype", ctypes.c_int)]
+                ("dim", ctypes.c_uint32), ("dtype", ctypes.c_int), ("state", ctypes.c_int)]
 
 
 class _CacheConfig(ctypes.Structure):
@@ -89,13 +89,14 @@ class _CacheConfig(ctypes.Structure):
                 ("device", ctypes.c_int), ("capacity_bytes", ctypes.c_size_t),
                 ("evict_high", ctypes.c_float), ("evict_low", ctypes.c_float),
                 ("key_bits", ctypes.c_uint32), ("unified_index_rows", ctypes.c_uint64),
-                ("hash_seed", ctypes.c_uint64)]
+                ("hash_seed", ctypes.c_uint64), ("prefetch_depth", ctypes.c_uint32)]
 
 
 _STAT_FIELDS = ("lookups", "hits", "misses", "absent", "admissions", "admit_skipped", "inserts",
                 "evictions", "writebacks", "evict_passes", "retries", "unified_hits",
                 "rows_cached", "bytes_in_use", "bytes_reserved", "capacity_bytes",
-                "index_bytes", "dirty_rows")
+                "index_bytes", "dirty_rows", "prefetched", "pinned_rows", "pinned_bytes",
+                "pin_shortfall", "gradient_rows")
 
 
 class _Stats(ctypes.Structure):

@@ -69,8 +69,8 @@ END_TEST
 
 /* A store large enough that its tables come from the big-block path, written and read back. */
 START_TEST(store_rows_round_trip) {
-  emc_table_desc t[2] = {{"big", EMC_TABLE_DENSE, 20000, 64, EMC_DTYPE_F32},
-                         {"hashed", EMC_TABLE_HASHED, 5000, 16, EMC_DTYPE_F16}};
+  emc_table_desc t[2] = {{"big", EMC_TABLE_DENSE, 20000, 64, EMC_DTYPE_F32, EMC_STATE_NONE},
+                         {"hashed", EMC_TABLE_HASHED, 5000, 16, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s = NULL;
   float row[64], got[64];
   uint64_t id = 19999;

@@ -330,8 +330,8 @@ START_TEST(store_calls_bad_arguments) {
   /* emc_store_create */
   for (k = 0; k < 8; k++) {
     emc_status want = EMC_EINVAL;
-    bad[0] = (emc_table_desc){"a", EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32};
-    bad[1] = (emc_table_desc){"b", EMC_TABLE_HASHED, 10, 4, EMC_DTYPE_F16};
+    bad[0] = (emc_table_desc){"a", EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32, EMC_STATE_NONE};
+    bad[1] = (emc_table_desc){"b", EMC_TABLE_HASHED, 10, 4, EMC_DTYPE_F16, EMC_STATE_NONE};
     switch (k) {
       case 0: bad[1].rows = 0; break;
       case 1: bad[1].rows = EMC_MAX_ROWS + 1; break;
@@ -359,7 +359,7 @@ START_TEST(store_calls_bad_arguments) {
   /* a 255-byte name is fine */
   memset(name, 'n', 255);
   name[255] = '\0';
-  bad[0] = (emc_table_desc){name, EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32};
+  bad[0] = (emc_table_desc){name, EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32, EMC_STATE_NONE};
   EMCT_OK(emc_store_create(bad, 1, &st));
   EMCT_OK(emc_store_table(st, 0, &d));
   ck_assert_uint_eq(strlen(d.name), 255);
@@ -373,8 +373,8 @@ END_TEST
 /* ------------------------------------------------------------------ cache create */
 START_TEST(cache_create_bad_config) {
   fx f;
-  emc_table_desc td[2] = {{"x", EMC_TABLE_DENSE, 100, 16, EMC_DTYPE_F32},
-                          {"y", EMC_TABLE_HASHED, 50, 100, EMC_DTYPE_F16}};
+  emc_table_desc td[2] = {{"x", EMC_TABLE_DENSE, 100, 16, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"y", EMC_TABLE_HASHED, 50, 100, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s2;
   emc_cache *c2 = (emc_cache *)0x2, *c3 = NULL;
   emc_cache_config cfg, base;
@@ -499,8 +499,8 @@ START_TEST(cache_create_keyspace) {
 #if EMCT_SANITIZED
   printf("cache_create_keyspace: skipped under sanitizers (8 GiB store)\n");
 #else
-  emc_table_desc td[2] = {{"big0", EMC_TABLE_DENSE, (1ull << 30) + 1, 1, EMC_DTYPE_F16},
-                          {"big1", EMC_TABLE_DENSE, (1ull << 30) + 1, 1, EMC_DTYPE_F16}};
+  emc_table_desc td[2] = {{"big0", EMC_TABLE_DENSE, (1ull << 30) + 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"big1", EMC_TABLE_DENSE, (1ull << 30) + 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s = NULL;
   emc_cache *c = (emc_cache *)0x3;
   emc_cache_config cfg;
@@ -536,7 +536,7 @@ START_TEST(status_names_and_texts) {
 #undef X
   };
   size_t i, j;
-  ck_assert_uint_eq(sizeof all / sizeof all[0], 11);
+  ck_assert_uint_eq(sizeof all / sizeof all[0], 12);
   for (i = 0; i < sizeof all / sizeof all[0]; i++) {
     ck_assert_int_eq((int)all[i].s, (int)i);
     ck_assert_str_eq(emc_status_name(all[i].s), all[i].name);
@@ -548,8 +548,8 @@ START_TEST(status_names_and_texts) {
   }
   ck_assert_str_eq(emc_strerror(EMC_OK), "success");
   ck_assert_str_eq(emc_status_name(EMC_EKEYSPACE), "EMC_EKEYSPACE");
-  ck_assert_str_eq(emc_strerror((emc_status)11), "unknown status");
-  ck_assert_str_eq(emc_status_name((emc_status)11), "EMC_UNKNOWN");
+  ck_assert_str_eq(emc_strerror((emc_status)12), "unknown status");
+  ck_assert_str_eq(emc_status_name((emc_status)12), "EMC_UNKNOWN");
   ck_assert_str_eq(emc_strerror((emc_status)-1), "unknown status");
   ck_assert_str_eq(emc_status_name((emc_status)-1), "EMC_UNKNOWN");
   ck_assert_str_eq(emc_status_name((emc_status)1000000), "EMC_UNKNOWN");

@@ -808,8 +808,8 @@ static int cmp_kid(const void *a, const void *b) {
 /* Two hashed ids with the same 32-bit global key: both served right; the second never cached;
  * an insert of it is written through. */
 START_TEST(hashed_key_collision) {
-  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 1000, 4, EMC_DTYPE_F32},
-                          {"h", EMC_TABLE_HASHED, 64, 4, EMC_DTYPE_F32}};
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 1000, 4, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"h", EMC_TABLE_HASHED, 64, 4, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *st;
   emc_cache *c;
   emc_cache_config cfg;

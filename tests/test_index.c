@@ -89,7 +89,7 @@ static int64_t model_find(const tix *x, uint64_t key) {
 static void tix_insert(tix *x, uint64_t key) {
   int64_t pos = emc__index_free_slot(&x->v, key);
   ck_assert_int_ge(pos, 0);
-  x->v.lm[pos] = emc__lm_make((uint32_t)(key & EMC__LOC_MAX), (uint32_t)(key >> 20) & ~7u);
+  x->v.lm[pos] = emc__lm_make((uint32_t)(key & EMC__LOC_MAX), (uint32_t)(key >> 20) & ~EMC__META_FLAGS);
   x->v.stamps[pos] = (uint16_t)(key * 7u);
   emc__ix_set_key(&x->v, (uint64_t)pos, key);
   x->present[x->n_present++] = key;
@@ -118,7 +118,7 @@ static void tix_check(const tix *x, const char *what) {
                   (unsigned long long)k, (long long)a, (long long)b);
     ck_assert_msg(emc__ix_key(&x->v, (uint64_t)a) == k, "%s: slot %lld does not hold the key", what,
                   (long long)a);
-    ck_assert_msg(x->v.lm[a] == emc__lm_make((uint32_t)(k & EMC__LOC_MAX), (uint32_t)(k >> 20) & ~7u) &&
+    ck_assert_msg(x->v.lm[a] == emc__lm_make((uint32_t)(k & EMC__LOC_MAX), (uint32_t)(k >> 20) & ~EMC__META_FLAGS) &&
                       x->v.stamps[a] == (uint16_t)(k * 7u),
                   "%s: key %llx lost its entry word or stamp", what, (unsigned long long)k);
   }
@@ -436,17 +436,19 @@ END_TEST
 
 /* ------------------------------------------------------------------ entry words */
 START_TEST(entry_word_validation) {
-  uint64_t lm = emc__lm_make(1234, 40 << 3);
+  uint64_t lm = emc__lm_make(1234, 40 * EMC__META_STEP);
   ck_assert(emc__lm_same(lm, lm));
   ck_assert(emc__lm_same(lm, lm | EMC__LM_DIRTY));
-  ck_assert(emc__lm_same(lm | EMC__LM_DIRTY, lm | EMC__LM_PINNED));
+  ck_assert(emc__lm_same(lm | EMC__LM_DIRTY, lm | EMC__LM_PIN_ONE));
   ck_assert(!emc__lm_same(lm | EMC__LM_BUSY, lm | EMC__LM_BUSY));
   ck_assert(!emc__lm_same(lm, lm | EMC__LM_BUSY));
-  ck_assert(!emc__lm_same(lm, emc__lm_make(1235, 40 << 3)));
-  ck_assert(!emc__lm_same(lm, emc__lm_make(1234, 41 << 3)));
+  ck_assert(!emc__lm_same(lm, emc__lm_make(1235, 40 * EMC__META_STEP)));
+  ck_assert(!emc__lm_same(lm, emc__lm_make(1234, 41 * EMC__META_STEP)));
+  ck_assert(emc__lm_same(lm, lm + 15 * EMC__LM_PIN_ONE));
+  ck_assert_uint_eq(emc__lm_pins(lm + 3 * EMC__LM_PIN_ONE), 3);
   ck_assert(!emc__lm_same(EMC__LM_FREE, EMC__LM_FREE));
   ck_assert_uint_eq(emc__lm_loc(lm), 1234);
-  ck_assert_uint_eq(emc__lm_meta(lm), 40u << 3);
+  ck_assert_uint_eq(emc__lm_meta(lm), 40u * EMC__META_STEP);
   ck_assert_uint_eq(emc__index_entry_bytes(32), 14);
   ck_assert_uint_eq(emc__index_entry_bytes(64), 18);
 }

@@ -799,11 +799,11 @@ static emc_cache *make_cache(emc_store *s, uint32_t key_bits, uint64_t seed) {
 
 /* emc_cache_global_key equals an independently built codec's key, code and length. */
 START_TEST(public_global_key_agrees) {
-  emc_table_desc td[5] = {{"a", EMC_TABLE_DENSE, 1000, 4, EMC_DTYPE_F32},
-                          {"b", EMC_TABLE_HASHED, 500, 8, EMC_DTYPE_F16},
-                          {NULL, EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
-                          {"d", EMC_TABLE_DENSE, 70000, 2, EMC_DTYPE_F32},
-                          {"e", EMC_TABLE_HASHED, 3, 3, EMC_DTYPE_F32}};
+  emc_table_desc td[5] = {{"a", EMC_TABLE_DENSE, 1000, 4, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"b", EMC_TABLE_HASHED, 500, 8, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {NULL, EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"d", EMC_TABLE_DENSE, 70000, 2, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"e", EMC_TABLE_HASHED, 3, 3, EMC_DTYPE_F32, EMC_STATE_NONE}};
   uint64_t rows[5];
   emc_table_kind kinds[5];
   emc_store *s;
@@ -867,9 +867,9 @@ END_TEST
  * The row counts are raised in the store after creation (white-box) so no gigabytes of rows
  * are allocated; the codec reads them from the store's tables. */
 START_TEST(cache_create_keyspace) {
-  emc_table_desc td[3] = {{"clicks", EMC_TABLE_DENSE, 64, 4, EMC_DTYPE_F32},
-                          {"giant_items", EMC_TABLE_HASHED, 64, 4, EMC_DTYPE_F16},
-                          {NULL, EMC_TABLE_DENSE, 8, 2, EMC_DTYPE_F32}};
+  emc_table_desc td[3] = {{"clicks", EMC_TABLE_DENSE, 64, 4, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"giant_items", EMC_TABLE_HASHED, 64, 4, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {NULL, EMC_TABLE_DENSE, 8, 2, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *s;
   emc_cache *c = (emc_cache *)&td[0], *c64 = NULL;
   emc_cache_config cfg;
@@ -920,8 +920,8 @@ END_TEST
  * every byte. */
 START_TEST(cache_create_keyspace_real_store) {
 #if !EMCT_SANITIZED
-  emc_table_desc td[2] = {{"huge", EMC_TABLE_DENSE, (1ull << 31) + 1u, 1, EMC_DTYPE_F16},
-                          {"small", EMC_TABLE_DENSE, 10, 1, EMC_DTYPE_F16}};
+  emc_table_desc td[2] = {{"huge", EMC_TABLE_DENSE, (1ull << 31) + 1u, 1, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"small", EMC_TABLE_DENSE, 10, 1, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s = NULL;
   emc_cache *c = NULL;
   emc_cache_config cfg;

@@ -13,8 +13,8 @@
 int serve(void);
 int serve(void) {
   emc_table_desc tables[2] = {
-    {"user", EMC_TABLE_DENSE, 1000000, 64, EMC_DTYPE_F32},
-    {"item", EMC_TABLE_HASHED, 500000, 32, EMC_DTYPE_F16}};
+    {"user", EMC_TABLE_DENSE, 1000000, 64, EMC_DTYPE_F32, EMC_STATE_NONE},
+    {"item", EMC_TABLE_HASHED, 500000, 32, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *store; emc_cache *cache; emc_cache_config cfg;
   if (emc_store_open("model.emc", &store) != EMC_OK &&        /* or build one: */
       emc_store_create(tables, 2, &store) != EMC_OK) return 1;
@@ -51,7 +51,7 @@ END_TEST
 /* The trainer snippet, run for a few steps against a plain reference of the same updates. */
 START_TEST(trainer_snippet_matches_reference) {
   enum { ROWS = 5000, DIM = 8, N = 64, STEPS = 200 };
-  emc_table_desc td = {"emb", EMC_TABLE_DENSE, ROWS, DIM, EMC_DTYPE_F32};
+  emc_table_desc td = {"emb", EMC_TABLE_DENSE, ROWS, DIM, EMC_DTYPE_F32, EMC_STATE_NONE};
   emc_store *store;
   emc_cache *cache;
   emc_cache_config cfg;

@@ -233,11 +233,11 @@ static void fill_rows(void *rows, size_t n, const emc_table_desc *d, uint32_t ta
 /* ------------------------------------------------------------------ tests */
 START_TEST(create_and_describe) {
   char name255[256], namebuf[16] = "mutable";
-  emc_table_desc td[5] = {{namebuf, EMC_TABLE_DENSE, 7, 3, EMC_DTYPE_F32},
-                          {NULL, EMC_TABLE_HASHED, 4, 5, EMC_DTYPE_F16},
-                          {"", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
-                          {name255, EMC_TABLE_HASHED, 1, EMC_MAX_DIM, EMC_DTYPE_F32},
-                          {NULL, EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F16}};
+  emc_table_desc td[5] = {{namebuf, EMC_TABLE_DENSE, 7, 3, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {NULL, EMC_TABLE_HASHED, 4, 5, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {name255, EMC_TABLE_HASHED, 1, EMC_MAX_DIM, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {NULL, EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s = NULL;
   uint32_t t;
   memset(name255, 'n', 255);
@@ -279,7 +279,7 @@ END_TEST
 
 START_TEST(create_bad_args) {
   char name256[257];
-  emc_table_desc ok = {"x", EMC_TABLE_DENSE, 4, 2, EMC_DTYPE_F32}, bad;
+  emc_table_desc ok = {"x", EMC_TABLE_DENSE, 4, 2, EMC_DTYPE_F32, EMC_STATE_NONE}, bad;
   emc_store *s = OUT_SENTINEL;
   emc_table_desc *many;
   uint32_t i;
@@ -338,12 +338,12 @@ END_TEST
 /* Dense and hashed tables, f32 and f16, odd row sizes: random batches with duplicates, the
  * store always equals the reference model. */
 START_TEST(write_read_roundtrip) {
-  emc_table_desc td[6] = {{"d32", EMC_TABLE_DENSE, 300, 5, EMC_DTYPE_F32},
-                          {"d16", EMC_TABLE_DENSE, 257, 3, EMC_DTYPE_F16},
-                          {"h32", EMC_TABLE_HASHED, 200, 1, EMC_DTYPE_F32},
-                          {"h16", EMC_TABLE_HASHED, 150, 9, EMC_DTYPE_F16},
-                          {"d16x1", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
-                          {"wide", EMC_TABLE_DENSE, 4, 4097, EMC_DTYPE_F32}};
+  emc_table_desc td[6] = {{"d32", EMC_TABLE_DENSE, 300, 5, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"d16", EMC_TABLE_DENSE, 257, 3, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"h32", EMC_TABLE_HASHED, 200, 1, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"h16", EMC_TABLE_HASHED, 150, 9, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"d16x1", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"wide", EMC_TABLE_DENSE, 4, 4097, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *s;
   refstore ref;
   uint64_t rng = 0x57043 + (uint64_t)_i, ids[64], universe[6][120];
@@ -413,8 +413,8 @@ END_TEST
 
 /* Within one write call the last of duplicate ids wins; a hashed duplicate takes one row. */
 START_TEST(write_duplicates_last_wins) {
-  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 2, EMC_DTYPE_F32},
-                          {"h", EMC_TABLE_HASHED, 2, 2, EMC_DTYPE_F32}};
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 2, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"h", EMC_TABLE_HASHED, 2, 2, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *s;
   uint64_t ids[5] = {3, 7, 3, 3, 7}, hids[5] = {42, 42, ~0ull, 42, ~0ull}, cnt;
   float rows[10] = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5}, got[4];
@@ -435,8 +435,8 @@ END_TEST
 /* A hashed table at capacity: new ids give EMC_ERANGE and write nothing (not even the rows of
  * ids already present in the same call); present ids can still be rewritten. */
 START_TEST(hashed_capacity_exhaustion) {
-  emc_table_desc td[2] = {{"h", EMC_TABLE_HASHED, 8, 3, EMC_DTYPE_F16},
-                          {"d", EMC_TABLE_DENSE, 4, 3, EMC_DTYPE_F16}};
+  emc_table_desc td[2] = {{"h", EMC_TABLE_HASHED, 8, 3, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"d", EMC_TABLE_DENSE, 4, 3, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s;
   char dir[4096];
   uint64_t ids[12], cnt;
@@ -503,10 +503,10 @@ END_TEST
 /* emc_store_fill_uniform writes emc_uniform_row for every dense id and every present hashed id;
  * deterministic in the seed; absent hashed ids stay absent (zero). */
 START_TEST(fill_uniform_matches_uniform_row) {
-  emc_table_desc td[4] = {{"d32", EMC_TABLE_DENSE, 500, 7, EMC_DTYPE_F32},
-                          {"d16", EMC_TABLE_DENSE, 333, 5, EMC_DTYPE_F16},
-                          {"h32", EMC_TABLE_HASHED, 100, 4, EMC_DTYPE_F32},
-                          {"h16", EMC_TABLE_HASHED, 100, 3, EMC_DTYPE_F16}};
+  emc_table_desc td[4] = {{"d32", EMC_TABLE_DENSE, 500, 7, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"d16", EMC_TABLE_DENSE, 333, 5, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {"h32", EMC_TABLE_HASHED, 100, 4, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"h16", EMC_TABLE_HASHED, 100, 3, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *a, *b;
   char dir[4096];
   unsigned char *ia, *ib, row[64], want[64];
@@ -632,15 +632,15 @@ END_TEST
 /* Every failing store call: the documented status, a fresh detail, outputs untouched, the
  * store unchanged. Also the n == 0 no-ops. */
 START_TEST(bad_args_leave_store_unchanged) {
-  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 3, EMC_DTYPE_F32},
-                          {"h", EMC_TABLE_HASHED, 5, 2, EMC_DTYPE_F16}};
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 3, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"h", EMC_TABLE_HASHED, 5, 2, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s;
   char dir[4096];
   unsigned char *img, buf[256];
   size_t nimg;
   uint64_t ids[4] = {1, 2, 9, 0}, big[3] = {0, 10, 2}, cnt = 77;
   float rows[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  emc_table_desc d = {"zz", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32};
+  emc_table_desc d = {"zz", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32, EMC_STATE_NONE};
   uint32_t t;
   emct_tmpdir(dir, sizeof dir);
   EMCT_OK(emc_store_create(td, 2, &s));
@@ -720,8 +720,8 @@ END_TEST
 /* While a cache is attached, direct writes and fills are refused and change nothing; the
  * store cannot be destroyed (refused with a detail; it stays usable). */
 START_TEST(attached_cache_refuses_writes) {
-  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32},
-                          {"h", EMC_TABLE_HASHED, 5, 4, EMC_DTYPE_F32}};
+  emc_table_desc td[2] = {{"d", EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"h", EMC_TABLE_HASHED, 5, 4, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *s;
   emc_cache *c;
   emc_cache_config cfg;
@@ -830,9 +830,9 @@ static void fix_sums(unsigned char *b, const layout *L) {
 
 /* small store: dense f32 (odd dim), hashed f16 partly filled, dense f16 1-element rows */
 static emc_store *small_store(refstore *ref) {
-  static const emc_table_desc td[3] = {{"dense_a", EMC_TABLE_DENSE, 5, 3, EMC_DTYPE_F32},
-                                       {"hash_b", EMC_TABLE_HASHED, 6, 2, EMC_DTYPE_F16},
-                                       {NULL, EMC_TABLE_DENSE, 2, 1, EMC_DTYPE_F16}};
+  static const emc_table_desc td[3] = {{"dense_a", EMC_TABLE_DENSE, 5, 3, EMC_DTYPE_F32, EMC_STATE_NONE},
+                                       {"hash_b", EMC_TABLE_HASHED, 6, 2, EMC_DTYPE_F16, EMC_STATE_NONE},
+                                       {NULL, EMC_TABLE_DENSE, 2, 1, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *s;
   uint64_t hid[3] = {17, ~0ull, 0}, did[5] = {0, 1, 2, 3, 4};
   unsigned char rows[5 * 12];
@@ -852,10 +852,10 @@ static emc_store *small_store(refstore *ref) {
 
 /* larger store for sampled corruption */
 static emc_store *large_store(void) {
-  static const emc_table_desc td[4] = {{"big_dense", EMC_TABLE_DENSE, 3000, 16, EMC_DTYPE_F32},
-                                       {"big_hash", EMC_TABLE_HASHED, 2000, 8, EMC_DTYPE_F16},
-                                       {"tiny", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16},
-                                       {"empty_hash", EMC_TABLE_HASHED, 10, 3, EMC_DTYPE_F32}};
+  static const emc_table_desc td[4] = {{"big_dense", EMC_TABLE_DENSE, 3000, 16, EMC_DTYPE_F32, EMC_STATE_NONE},
+                                       {"big_hash", EMC_TABLE_HASHED, 2000, 8, EMC_DTYPE_F16, EMC_STATE_NONE},
+                                       {"tiny", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F16, EMC_STATE_NONE},
+                                       {"empty_hash", EMC_TABLE_HASHED, 10, 3, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *s;
   uint64_t ids[1500];
   unsigned char *z = calloc(1500, 16);
@@ -871,12 +871,12 @@ static emc_store *large_store(void) {
 
 START_TEST(save_open_roundtrip) {
   char name255[256], dir[4096], p1[4200], p2[4200];
-  emc_table_desc td[6] = {{"users", EMC_TABLE_DENSE, 1000, 16, EMC_DTYPE_F32},
-                          {"", EMC_TABLE_HASHED, 300, 3, EMC_DTYPE_F16},
-                          {name255, EMC_TABLE_DENSE, 2, 2049, EMC_DTYPE_F16},
-                          {NULL, EMC_TABLE_HASHED, 4, 1, EMC_DTYPE_F32},
-                          {"full_hash", EMC_TABLE_HASHED, 50, 5, EMC_DTYPE_F32},
-                          {"one", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32}};
+  emc_table_desc td[6] = {{"users", EMC_TABLE_DENSE, 1000, 16, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"", EMC_TABLE_HASHED, 300, 3, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {name255, EMC_TABLE_DENSE, 2, 2049, EMC_DTYPE_F16, EMC_STATE_NONE},
+                          {NULL, EMC_TABLE_HASHED, 4, 1, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"full_hash", EMC_TABLE_HASHED, 50, 5, EMC_DTYPE_F32, EMC_STATE_NONE},
+                          {"one", EMC_TABLE_DENSE, 1, 1, EMC_DTYPE_F32, EMC_STATE_NONE}};
   emc_store *s, *o = NULL, *o2 = NULL;
   refstore ref;
   uint64_t rng = 0x4011, ids[300];
@@ -1358,7 +1358,7 @@ START_TEST(save_errors) {
   path_in(p, sizeof p, dir, "store.emc");
   {
     emc_store *other;
-    emc_table_desc td = {"other", EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F32};
+    emc_table_desc td = {"other", EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F32, EMC_STATE_NONE};
     EMCT_OK(emc_store_create(&td, 1, &other));
     EMCT_OK(emc_store_fill_uniform(other, 0, -1, 1, 4));
     EMCT_OK(emc_store_save(other, p));

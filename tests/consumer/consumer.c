@@ -23,8 +23,8 @@
 
 int main(int argc, char **argv) {
   const char *want_alloc = argc == 3 && strcmp(argv[1], "--expect-allocator") == 0 ? argv[2] : NULL;
-  emc_table_desc tables[2] = {{"user", EMC_TABLE_DENSE, 1000, 16, EMC_DTYPE_F32},
-                              {"item", EMC_TABLE_DENSE, 500, 8, EMC_DTYPE_F16}};
+  emc_table_desc tables[2] = {{"user", EMC_TABLE_DENSE, 1000, 16, EMC_DTYPE_F32, EMC_STATE_NONE},
+                              {"item", EMC_TABLE_DENSE, 500, 8, EMC_DTYPE_F16, EMC_STATE_NONE}};
   emc_store *store = NULL;
   emc_cache *cache = NULL;
   emc_cache_config cfg;
