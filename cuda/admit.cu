@@ -45,6 +45,8 @@ __global__ void k_wr_lock(const __grid_constant__ wr_args A) {
   g->pass_active = 0;
   g->aging = 0;
   g->repack_active = 0;
+  g->pf_new_n = 0;
+  g->batch_bytes = 0;
 }
 
 __global__ void __launch_bounds__(EMC_WR_THREADS) k_wr_demand(const __grid_constant__ wr_args A) {
@@ -151,7 +153,8 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_plan(const __grid_constant__
     skipped += V.ts[t].need - V.ts[t].allow;
   }
   skipped = emc_block_reduce(red).Sum(skipped);
-  if (threadIdx.x == 0 && C.mode == 0 && skipped) g->admit_skipped += skipped;
+  if (threadIdx.x == 0 && C.mode == EMC_MODE_LOOKUP && skipped) g->admit_skipped += skipped;
+  if (threadIdx.x == 0 && C.mode == EMC_MODE_PREFETCH && skipped) g->pin_shortfall += skipped;
 }
 
 /* New pages: every slot free. A block per page. */
@@ -171,22 +174,6 @@ __global__ void __launch_bounds__(256) k_page_init(const __grid_constant__ wr_ar
 }
 
 /* ---------------------------------------------------------------- fill */
-/* Copy `bytes` with 32 lanes, widest units the alignment allows. */
-__device__ __forceinline__ void warp_copy(unsigned char *dst, const unsigned char *src, uint32_t bytes,
-                                          unsigned lane) {
-  uintptr_t a = (uintptr_t)dst | (uintptr_t)src | bytes;
-  uint32_t i;
-  if ((a & 15u) == 0) {
-    for (i = lane; i < bytes / 16; i += 32) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
-  } else if ((a & 7u) == 0) {
-    for (i = lane; i < bytes / 8; i += 32) ((uint2 *)dst)[i] = ((const uint2 *)src)[i];
-  } else if ((a & 3u) == 0) {
-    for (i = lane; i < bytes / 4; i += 32) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
-  } else {
-    for (i = lane; i < bytes / 2; i += 32) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
-  }
-}
-
 /* Write a row through to the store (inserts that get no slot): the write-back cell first. */
 __device__ void write_through(const dview &V, const dtab *tb, uint64_t key, uint64_t row,
                               const unsigned char *src, unsigned lane) {
@@ -196,7 +183,7 @@ __device__ void write_through(const dview &V, const dtab *tb, uint64_t key, uint
     __threadfence();
   }
   __syncwarp();
-  warp_copy(tb->base + row * tb->stride, src, tb->row_bytes, lane);
+  warp_copy(tb->base + row * tb->stride, src, tb->full_bytes, lane); /* row and state */
   __threadfence_system();
 }
 
@@ -225,7 +212,9 @@ __global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_a
     if (r >= ts->need) continue;
     ms = C.misses[m];
     key = emc__global_key(&tb->code, ms.id, V.hash_seed);
-    src = C.src + C.outoff[t] + (ms.pos - C.offsets[t]) * tb->row_bytes;
+    /* lookups stage rows (row_bytes a position), update calls full rows (full_bytes a
+     * position), prefetches nothing (the store row) */
+    src = C.src + C.outoff[t] + (ms.pos - C.offsets[t]) * (C.mode == EMC_MODE_UPDATE ? tb->full_bytes : tb->row_bytes);
     if (lane == 0) C.slot_of[m] = EMC_NONE32;
     /* is the key in the index now? (writers are serialized: the answer holds) */
     pos = emc__index_find(&V.ix, key);
@@ -243,7 +232,7 @@ __global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_a
         mine = 1;
       }
       taken = !(mine && (loc & EMC__LOC_HOST)); /* cached already, or another id's key */
-      if (taken && mine && C.mode == 1) continue; /* (cannot happen, see below) */
+      if (taken && mine && C.mode == EMC_MODE_UPDATE) continue; /* (cannot happen, see below) */
     }
     if (!taken && r < ts->allow) {
       /* the grant holding rank r, and the slot: the (r - grant.rank)-th free bit of its page */
@@ -257,14 +246,29 @@ __global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_a
       p = gr[lo].page;
       sl = warp_bitmap_nth(emc__page_bitmap(page_of(V, p), &tb->L), tb->L.n_words, r - gr[lo].rank);
       if (sl >= 0) {
-        unsigned char *pg = page_of(V, p);
+        unsigned char *pg = page_of(V, p), *dst;
+        uint32_t bytes = tb->row_bytes;
         s = (uint32_t)sl;
-        /* the row: staged copy, unless a write-back may have changed it since it was read */
-        if (ms.wb_epoch != EMC_NONE32 && V.wb_cells[wb_cell(key)] > ms.wb_epoch) {
+        dst = emc__slot_row(pg, &tb->L, s);
+        /* the row: the call's copy, unless a write-back may have changed it since a lookup
+         * read it (or there is none): then the store row, with its state */
+        if (C.mode == EMC_MODE_UPDATE) {
+          bytes = tb->full_bytes;
+        } else if (ms.wb_epoch == EMC_FROM_STORE ||
+                   (ms.wb_epoch != EMC_NONE32 && V.wb_cells[wb_cell(key)] > ms.wb_epoch)) {
           srow = store_row(tb, ms.id);
-          if (srow >= 0) src = tb->base + (uint64_t)srow * tb->stride;
+          if (srow >= 0) {
+            src = tb->base + (uint64_t)srow * tb->stride;
+            bytes = tb->full_bytes;
+          }
         }
-        warp_copy(emc__slot_row(pg, &tb->L, s), src, tb->row_bytes, lane);
+        warp_copy(dst, src, bytes, lane);
+        if (bytes < tb->full_bytes && lane == 0) { /* a lookup's copy: the state from the store */
+          srow = store_row(tb, ms.id);
+          if (srow >= 0)
+            *(uint32_t *)(dst + tb->state_off) =
+                *(const volatile uint32_t *)(tb->base + (uint64_t)srow * tb->stride + tb->state_off);
+        }
         if (lane == 0) {
           if (tb->L.off_owner) *emc__slot_owner(pg, &tb->L, s) = ms.id;
           C.slot_of[m] = p * V.max_slots + s;
@@ -272,10 +276,12 @@ __global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_a
         continue;
       }
     }
+    if (C.mode == EMC_MODE_PREFETCH && !taken && r < ts->allow && lane == 0)
+      atomicAdd(&V.g->pin_shortfall, 1ull); /* granted, but the page had no free slot */
     /* not cached by this call: an insert's row goes through to the store (unless the index
      * holds this id's own slot, which cannot happen: inserts update those in place first) */
-    if (C.mode == 1) {
-      srow = C.srows ? (int64_t)C.srows[ms.pos] : store_row(tb, ms.id);
+    if (C.mode == EMC_MODE_UPDATE) {
+      srow = (int64_t)C.srows[ms.pos];
       if (srow >= 0) write_through(V, tb, key, (uint64_t)srow, src, lane);
     }
   }
@@ -288,7 +294,7 @@ __global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ w
   const uint64_t n = C.offsets[V.n_tables];
   const uint32_t meta_base = V.g->meta_seq, now = V.g->clock;
   const uint64_t empty = emc__key_empty(V.key_bits), tomb = emc__key_tomb(V.key_bits);
-  ull admitted = 0, bytes = 0, dirty = 0, live = 0, tombs = 0, unified = 0;
+  ull admitted = 0, bytes = 0, dirty = 0, live = 0, tombs = 0, unified = 0, shortfall = 0;
   GRID_STRIDE(m, n) {
     uint32_t t = table_of(C.offsets, V.n_tables, m), r = (uint32_t)(m - C.offsets[t]), loc;
     const dtab *tb = &V.tabs[t];
@@ -298,8 +304,19 @@ __global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ w
     if (r >= V.ts[t].need || (loc = C.slot_of[m]) == EMC_NONE32) continue;
     ms = C.misses[m];
     key = emc__global_key(&tb->code, ms.id, V.hash_seed);
-    lm = emc__lm_make(loc, (meta_base + (uint32_t)(m + 1) * EMC__META_STEP) |
-                               (C.mode == 1 ? EMC__META_DIRTY : 0u));
+    lm = emc__lm_make(loc, ((meta_base + (uint32_t)(m + 1) * EMC__META_STEP) & ~EMC__META_FLAGS) |
+                               (C.mode == EMC_MODE_UPDATE ? EMC__META_DIRTY : 0u));
+    if (C.mode == EMC_MODE_PREFETCH) { /* pinned while the budget lasts */
+      ull b = atomicAdd(&V.g->pinned_bytes, (ull)tb->stride);
+      if (b + tb->stride > V.low) {
+        atomicAdd(&V.g->pinned_bytes, (ull)0 - tb->stride);
+        shortfall++;
+      } else {
+        atomicAdd(&V.g->pinned_rows, 1ull);
+        lm |= EMC__LM_PIN_ONE;
+        V.ring_keys[(uint64_t)V.g->pin_next * V.ring_cap + atomicAdd(&V.g->pf_new_n, 1ull)] = key;
+      }
+    }
     pos = emc__index_find(&V.ix, key);
     __threadfence(); /* the row (filled by the previous kernel) before the entry word */
     if (pos >= 0) { /* the id's unified-index entry now points at the slot */
@@ -340,10 +357,11 @@ __global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ w
     }
     admitted++;
     bytes += tb->stride;
-    dirty += C.mode == 1;
+    dirty += C.mode == EMC_MODE_UPDATE;
   }
+  if (shortfall) atomicAdd(&V.g->pin_shortfall, shortfall);
   if (admitted) {
-    if (C.mode == 0) atomicAdd(&V.g->admissions, admitted);
+    if (C.mode != EMC_MODE_UPDATE) atomicAdd(&V.g->admissions, admitted);
     atomicAdd(&V.g->bytes_in_use, bytes);
     if (dirty) atomicAdd(&V.g->dirty_rows, dirty);
     if (live) atomicAdd(&V.g->ix_live, live);
@@ -361,6 +379,9 @@ __global__ void __launch_bounds__(256) k_wr_end(const __grid_constant__ wr_args 
     if (C.need) C.need[t] = 0;
     V.ts[t].need = 0;
     V.ts[t].allow = 0;
+    V.ts[t].store_count += V.ts[t].new_rank; /* hashed rows the call added to the store */
+    V.ts[t].new_rank = 0;
+    V.ts[t].fresh = 0;
   }
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "cache_cuda.h"
+#include "train.cuh"
 
 emc_status emc__cuda_fail(cudaError_t e, const char *what) {
   emc_status st = e == cudaErrorMemoryAllocation ? EMC_EDEVMEM : EMC_ECUDA;
@@ -123,11 +124,15 @@ static emc_status dev_ptr(const void *host, void **out) {
 /* ================================================================= scratch slots */
 static size_t al(size_t x) { return (x + 255) & ~(size_t)255; }
 
-/* Lay a slot out in one allocation for n positions and `bytes` row bytes (NULL mem: size). */
-static size_t carve(emc__scratch *S, unsigned char *mem, uint64_t n, size_t bytes, uint32_t T) {
-  size_t o = 0, set = 1;
+/* Lay a slot out in one allocation for n positions, `bytes` row bytes and `gbytes` gradient
+ * bytes (NULL mem: size only). */
+static size_t carve(emc__scratch *S, unsigned char *mem, uint64_t n, size_t bytes, size_t gbytes,
+                    uint32_t T) {
+  size_t o = 0, set = 1, cubb;
   dcall *C = &S->C;
   while (set < 2 * n) set <<= 1;
+  /* CUB's sort counts in int: training calls take fewer than 2^31 positions */
+  cubb = emc__cu_train_tmp_bytes(n < 0x7fffffffull ? n : 0x7fffffffull, T);
 #define TAKE(ptr, type, size) (ptr = (type)(mem ? mem + o : NULL), o += al(size))
   TAKE(C->epoch, uint32_t *, 4);
   TAKE(C->offsets, uint64_t *, (size_t)(T + 1) * 8 + (size_t)T * 8 + (size_t)(T + 1) * 4);
@@ -142,25 +147,44 @@ static size_t carve(emc__scratch *S, unsigned char *mem, uint64_t n, size_t byte
   TAKE(S->stage_ids, uint64_t *, n * 8);
   TAKE(S->stage_out, unsigned char *, bytes);
   TAKE(S->stage_where, uint8_t *, n);
-  TAKE(S->srows_d, uint64_t *, n * 8);
-  TAKE(S->upos_d, uint32_t *, n * 4);
+  TAKE(C->srows, uint64_t *, n * 8);
+  /* training calls (train.cu) */
+  TAKE(C->status, uint32_t *, 8 + 4 * 8);
+  C->n_runs = C->status ? C->status + 1 : NULL;
+  C->errinfo = C->status ? (uint64_t *)(C->status + 2) : NULL;
+  TAKE(C->skeys, uint64_t *, n * 8);
+  TAKE(C->skeys_out, uint64_t *, n * 8);
+  TAKE(C->svals, uint32_t *, n * 4);
+  TAKE(C->svals_out, uint32_t *, n * 4);
+  TAKE(C->head, uint32_t *, n * 4);
+  TAKE(C->runidx, uint32_t *, n * 4);
+  TAKE(C->run_start, uint32_t *, (n + 1) * 4);
+  TAKE(C->inoff, uint64_t *, (2 * (size_t)T + 1) * 8); /* then dedup's staged unique_offsets */
+  TAKE(C->cub_tmp, void *, cubb);
+  TAKE(S->stage_grads, float *, gbytes);
+  TAKE(S->gm, float *, gbytes);
 #undef TAKE
+  C->cub_bytes = cubb;
   C->set_mask = set - 1;
   C->n = n;
   C->n_tables = T;
   C->src = C->staging;
-  C->srows = NULL;
-  C->mode = 0;
+  C->mode = EMC_MODE_LOOKUP;
   return o;
 }
 
 /* The writer call after a lookup on this slot: lock, demand, evict, admit, repack, end. */
-static cudaError_t writer_call(emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
-  cudaError_t e = emc__cu_wr_lock(k, C, st);
-  if (e == cudaSuccess) e = emc__cu_wr_demand(k, C, st);
+cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  cudaError_t e = emc__cu_wr_demand(k, C, st);
   if (e == cudaSuccess) e = emc__cu_evict(k, st);
   if (e == cudaSuccess) e = emc__cu_admit(k, C, st);
   if (e == cudaSuccess) e = emc__cu_repack(k, st);
+  return e;
+}
+
+static cudaError_t writer_call(emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  cudaError_t e = emc__cu_wr_lock(k, C, st);
+  if (e == cudaSuccess) e = emc__cuda_writer_body(k, C, st);
   if (e == cudaSuccess) e = emc__cu_wr_end(k, C, st);
   return e;
 }
@@ -187,16 +211,21 @@ static void capture_graph(emc__cuda_cache *k, emc__scratch *S) {
 /* (Re)allocate slot S for n positions and `bytes` row bytes. On the private stream, once the
  * slot's last writer call is done; synchronous (growth is rare: slots keep their size). The
  * caller's stream may be capturing: the calls here are made in relaxed capture mode. */
-static emc_status grow_slot(emc__cuda_cache *k, emc__scratch *S, uint64_t n, size_t bytes) {
+static emc_status grow_slot(emc__cuda_cache *k, emc__scratch *S, uint64_t n, size_t bytes,
+                           size_t gbytes) {
   uint64_t m = S->C.n ? S->C.n : 4096;
-  size_t b = S->cap_bytes ? S->cap_bytes : (size_t)1 << 20, total;
+  size_t b = S->cap_bytes ? S->cap_bytes : (size_t)1 << 20, gb = S->cap_gbytes, total;
   unsigned char *mem = NULL;
   uint32_t one = 1, T = k->n_tables;
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaError_t e = cudaSuccess;
   while (m < n) m *= 2;
   while (b < bytes) b *= 2;
-  total = carve(S, NULL, m, b, T);
+  if (gbytes > gb) {
+    gb = gb ? gb : (size_t)1 << 20;
+    while (gb < gbytes) gb *= 2;
+  }
+  total = carve(S, NULL, m, b, gb, T);
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (S->used) e = cudaStreamWaitEvent(k->priv, S->done, 0);
   if (e == cudaSuccess && S->mem) e = cudaFreeAsync(S->mem, k->priv);
@@ -204,12 +233,14 @@ static emc_status grow_slot(emc__cuda_cache *k, emc__scratch *S, uint64_t n, siz
     S->mem = NULL;
     S->C.n = 0;
     S->cap_bytes = 0;
+    S->cap_gbytes = 0;
     e = cudaMallocAsync((void **)&mem, total, k->priv);
   }
   if (e == cudaSuccess) {
     S->mem = mem;
     S->cap_bytes = b;
-    carve(S, mem, m, b, T);
+    S->cap_gbytes = gb;
+    carve(S, mem, m, b, gb, T);
     e = cudaMemsetAsync(mem, 0, total, k->priv); /* need[] zero, miss set empty (epoch 0) */
   }
   if (e == cudaSuccess) e = cudaMemcpyAsync(S->C.epoch, &one, 4, cudaMemcpyHostToDevice, k->priv);
@@ -227,7 +258,7 @@ static emc_status new_slot(emc__cuda_cache *k, emc__scratch *S) {
   memset(S, 0, sizeof *S);
   CU(cudaEventCreateWithFlags(&S->looked, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&S->done, cudaEventDisableTiming));
-  CU(cudaHostAlloc((void **)&S->pinned, ((size_t)k->n_tables * 3 + 3) * 8, cudaHostAllocDefault));
+  CU(cudaHostAlloc((void **)&S->pinned, ((size_t)k->n_tables * 3 + 3 + 8) * 8, cudaHostAllocDefault));
   return EMC_OK;
 }
 
@@ -242,8 +273,8 @@ static void free_slot(emc__scratch *S) {
 /* A slot for a call of n positions and `bytes` row bytes, ready in st's order. A call being
  * captured into the caller's graph gets a slot of its own, which the graph keeps (freed with
  * the cache). Caller holds k->lock. */
-static emc_status acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, cudaStream_t st,
-                               int captured, emc__scratch **out) {
+emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, size_t gbytes,
+                                  cudaStream_t st, int captured, emc__scratch **out) {
   emc__scratch *S = NULL;
   uint32_t i;
   if (captured) {
@@ -264,14 +295,14 @@ static emc_status acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, cud
     }
     k->n_captured++;
     S->captured = 1;
-    EMC_TRY(grow_slot(k, S, n, bytes));
+    EMC_TRY(grow_slot(k, S, n, bytes, gbytes));
     *out = S;
     return EMC_OK;
   }
   for (i = 0; i < k->n_slots && !S; i++) { /* a finished slot, big enough */
     emc__scratch *x = &k->slots[i];
     if (x->used && cudaEventQuery(x->done) != cudaSuccess) continue;
-    if (x->C.n >= n && x->cap_bytes >= bytes) S = x;
+    if (x->C.n >= n && x->cap_bytes >= bytes && x->cap_gbytes >= gbytes) S = x;
   }
   for (i = 0; i < k->n_slots && !S; i++) { /* a finished one to grow */
     emc__scratch *x = &k->slots[i];
@@ -291,9 +322,11 @@ static emc_status acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, cud
   if (!S) { /* every slot in flight: this call waits for one of them, in turn */
     S = &k->slots[k->next_wait];
     k->next_wait = (k->next_wait + 1) % EMC_SLOTS_MAX;
-    if (S->C.n >= n && S->cap_bytes >= bytes) CU(cudaStreamWaitEvent(st, S->done, 0));
+    if (S->C.n >= n && S->cap_bytes >= bytes && S->cap_gbytes >= gbytes)
+      CU(cudaStreamWaitEvent(st, S->done, 0));
   }
-  if (S->C.n < n || S->cap_bytes < bytes || !S->mem) EMC_TRY(grow_slot(k, S, n, bytes));
+  if (S->C.n < n || S->cap_bytes < bytes || S->cap_gbytes < gbytes || !S->mem)
+    EMC_TRY(grow_slot(k, S, n, bytes, gbytes));
   *out = S;
   return EMC_OK;
 }
@@ -322,15 +355,11 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   }
   layout = (emc__page_layout *)calloc(n, sizeof *layout);
   k->tabs_host = (dtab *)calloc(n, sizeof *k->tabs_host);
-  if (!layout || !k->tabs_host) {
+  k->map_claim = (uint32_t **)calloc(n, sizeof *k->map_claim);
+  if (!layout || !k->tabs_host || !k->map_claim) {
     st = EMC_FAIL(EMC_ENOMEM, "cuda cache tables");
     goto out;
   }
-  for (t = 0; t < n; t++)
-    if (s->tables[t].state != EMC_STATE_NONE) { /* (the device path for state: next commits) */
-      st = EMC_FAIL(EMC_EUNSUPPORTED, "table %u keeps optimizer state: not on the CUDA backend yet", t);
-      goto out;
-    }
   CUG(cudaSetDevice(c->cfg.device));
   CUG(cudaDeviceGetAttribute(&k->sm_count, cudaDevAttrMultiProcessorCount, c->cfg.device));
   CUG(cudaMemGetInfo(&free_b, &total_b));
@@ -394,10 +423,19 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
     d->row_bytes = tb->row_bytes;
     d->stride = tb->stride;
     d->kind = (uint32_t)tb->kind;
+    d->dtype = (uint32_t)tb->dtype;
+    d->dim = tb->dim;
+    d->full_bytes = tb->full_bytes;
+    d->state_off = tb->state_off;
+    d->state = tb->state;
+    if (tb->kind == EMC_TABLE_HASHED) { /* the map's used slots, as bits the device claims */
+      CUG(cudaMalloc((void **)&k->map_claim[t], (size_t)(tb->map_cap / 32 + 1) * 4));
+      d->map_claim = k->map_claim[t];
+    }
   }
-  CUG(cudaHostAlloc((void **)&k->mirror_host, sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
+  CUG(cudaHostAlloc((void **)&k->mirror_host, 3 * sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
   CUG(cudaHostAlloc((void **)&k->offs_host, ((size_t)n + 1) * 8, cudaHostAllocDefault));
-  *k->mirror_host = 0;
+  memset(k->mirror_host, 0, 3 * sizeof(ull));
   {
     void *p;
     CUG(cudaHostGetDevicePointer(&p, k->mirror_host, 0));
@@ -416,11 +454,25 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   CUG(cudaMalloc((void **)&k->V.hist, EMC_HIST * sizeof(ull)));
   CUG(cudaMalloc((void **)&k->V.wb_cells, EMC_WB_CELLS * 4));
   CUG(cudaMalloc((void **)&k->repack_marks, EMC_REPACK_STEP));
+  /* prefetch pins: prefetch_depth + 1 lists, grown to a batch's size by its first prefetch */
+  k->V.n_lists = c->cfg.prefetch_depth + 1;
+  k->V.ring_cap = 0;
+  k->V.ring_keys = NULL;
+  CUG(cudaMalloc((void **)&k->V.ring_n, (size_t)k->V.n_lists * 4));
+  CUG(cudaMemsetAsync(k->V.ring_n, 0, (size_t)k->V.n_lists * 4, k->priv));
   k->V.ix.epoch = &k->V.g->repack_epoch;
   memset(&g0, 0, sizeof g0);
   CUG(cudaMemcpyAsync(k->V.g, &g0, sizeof g0, cudaMemcpyHostToDevice, k->priv));
   CUG(cudaMemcpyAsync((void *)k->V.tabs, k->tabs_host, n * sizeof(dtab), cudaMemcpyHostToDevice, k->priv));
   CUG(emc__cu_init(k, k->priv));
+  for (t = 0; t < n; t++) { /* hashed tables: the rows the store holds, the map's used slots */
+    const emc__table *tb = &s->tables[t];
+    ull count = EMC_LD_ACQUIRE(&tb->count);
+    if (tb->kind != EMC_TABLE_HASHED) continue;
+    CUG(cudaMemcpyAsync(&k->V.ts[t].store_count, &count, sizeof count, cudaMemcpyHostToDevice, k->priv));
+    CUG(cudaStreamSynchronize(k->priv)); /* (count lives on this stack frame) */
+    CUG(emc__cu_claim_init(k->map_claim[t], k->tabs_host[t].map_rowp1, tb->map_cap, k->priv));
+  }
   CUG(cudaStreamSynchronize(k->priv));
   k->ok = 1;
   k->prof = getenv("EMC_CUDA_PROFILE") && getenv("EMC_CUDA_PROFILE")[0] == '1';
@@ -457,6 +509,11 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   cudaFree(k->V.hist);
   cudaFree(k->V.wb_cells);
   cudaFree(k->repack_marks);
+  cudaFree(k->V.ring_keys);
+  cudaFree(k->V.ring_n);
+  if (k->map_claim)
+    for (i = 0; i < k->n_tables; i++) cudaFree(k->map_claim[i]);
+  free(k->map_claim);
   if (k->mirror_host) cudaFreeHost(k->mirror_host);
   if (k->offs_host) cudaFreeHost(k->offs_host);
   for (i = 0; i < k->n_regs; i++) cudaHostUnregister((void *)k->regs[i].lo);
@@ -471,10 +528,9 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
 }
 
 /* ================================================================= call arguments */
-/* Can a kernel use p (device, managed or mapped pinned host memory)? Remembered per address
- * for the EMC_PTR_CACHE most recent pointers (a caller passes the same buffers every call).
- * Caller holds k->lock. */
-static int device_accessible(emc__cuda_cache *k, const void *p) {
+/* Remembered per address for the EMC_PTR_CACHE most recent pointers (a caller passes the same
+ * buffers every call). */
+int emc__cuda_device_accessible(emc__cuda_cache *k, const void *p) {
   cudaPointerAttributes a;
   uint32_t i;
   int dev;
@@ -494,14 +550,12 @@ static int device_accessible(emc__cuda_cache *k, const void *p) {
   return dev;
 }
 
-/* The batch's offsets in host memory (device offsets are copied back: one wait), validated,
- * and the NULL checks. Caller holds k->lock. */
-static emc_status batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                             const void *buf, const char *buf_name, cudaStream_t st,
-                             const uint64_t **offs, uint64_t *n, size_t *bytes) {
+emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                const void *buf, const char *buf_name, cudaStream_t st,
+                                const uint64_t **offs, uint64_t *n, size_t *bytes) {
   emc__cuda_cache *k = c->cuda;
   if (!offsets) return EMC_FAIL(EMC_EINVAL, "offsets is NULL");
-  if (device_accessible(k, offsets)) {
+  if (emc__cuda_device_accessible(k, offsets)) {
     CU(cudaMemcpyAsync(k->offs_host, offsets, ((size_t)k->n_tables + 1) * 8, cudaMemcpyDefault, st));
     CU(cudaStreamSynchronize(st));
     offsets = k->offs_host;
@@ -510,12 +564,13 @@ static emc_status batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *
   if (*n > 0xfffffff0ull)
     return EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^32 - 16", (unsigned long long)*n);
   if (*n > 0 && !ids) return EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)*n);
-  if (*bytes > 0 && !buf) return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, *bytes);
+  if (buf_name && *bytes > 0 && !buf)
+    return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, *bytes);
   *offs = offsets;
   return EMC_OK;
 }
 
-static emc_status enter(emc__cuda_cache *k) {
+emc_status emc__cuda_enter(emc__cuda_cache *k) {
   cudaError_t e;
   pthread_mutex_lock(&k->lock);
   e = cudaSetDevice(k->device);
@@ -542,16 +597,16 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   emc__scratch *S = NULL;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaSuccess;
-  if ((status = enter(k)) != EMC_OK) return status;
-  if ((status = batch_args(c, ids, offsets, out, "out", st, &offs, &n, &bytes)) != EMC_OK || n == 0)
+  if ((status = emc__cuda_enter(k)) != EMC_OK) return status;
+  if ((status = emc__cuda_batch_args(c, ids, offsets, out, "out", st, &offs, &n, &bytes)) != EMC_OK || n == 0)
     goto done;
-  ids_dev = device_accessible(k, ids);
-  out_dev = device_accessible(k, out);
-  where_dev = where && device_accessible(k, where);
+  ids_dev = emc__cuda_device_accessible(k, ids);
+  out_dev = emc__cuda_device_accessible(k, out);
+  where_dev = where && emc__cuda_device_accessible(k, where);
   if (!ids_dev && (status = emc__check_dense_ids(c->store, ids, offs)) != EMC_OK) goto done;
   if ((e = cudaStreamIsCapturing(st, &cs)) != cudaSuccess) goto cuda;
   capturing = cs == cudaStreamCaptureStatusActive;
-  if ((status = acquire_slot(k, n, bytes, st, capturing, &S)) != EMC_OK) goto done;
+  if ((status = emc__cuda_acquire_slot(k, n, bytes, 0, st, capturing, &S)) != EMC_OK) goto done;
   ids_d = ids;
   if (!ids_dev) {
     if ((e = cudaMemcpyAsync(S->stage_ids, ids, n * 8, cudaMemcpyHostToDevice, st)) != cudaSuccess) goto cuda;
@@ -597,156 +652,72 @@ done:
   return status;
 }
 
-/* ================================================================= insert */
-/* The last position of every distinct (table, id) of the batch ("last wins"): upos[0 .. *nu),
- * in position order. */
-static emc_status last_positions(const uint64_t *ids, const uint64_t *offs, uint32_t T,
-                                 uint32_t *upos, uint64_t *nu) {
-  uint64_t n = offs[T], cap = 16, i, m = 0;
-  uint64_t *keys, *vals;
+/* ================================================================= flush */
+/* After a flush has completed: the store's hashed counts follow the device's, and what the
+ * asynchronous calls since the last flush could not report themselves is reported now (dense
+ * ids out of range in lookups, refused training calls, rows prefetches could not pin): the
+ * first as the status, all of them in the detail. */
+static emc_status flush_reports(emc_cache *c) {
+  emc__cuda_cache *k = c->cuda;
+  volatile ull *mirror = (volatile ull *)k->mirror_host;
+  ull bad = mirror[0], errs = mirror[1], shortfall = mirror[2];
+  emc_status status = EMC_OK;
+  char detail[768] = "", part[384];
+  tstate *ts = (tstate *)malloc(k->n_tables * sizeof *ts);
+  dglob g;
   uint32_t t;
-  while (cap < 2 * n) cap <<= 1;
-  keys = (uint64_t *)malloc(cap * 8);
-  vals = (uint64_t *)malloc(cap * 8);
-  if (!keys || !vals) {
-    free(keys);
-    free(vals);
-    return EMC_FAIL(EMC_ENOMEM, "insert scratch for %llu ids", (unsigned long long)n);
+  cudaError_t e;
+  if (!ts) return EMC_FAIL(EMC_ENOMEM, "flush scratch");
+  if ((status = emc__cuda_enter(k)) != EMC_OK) { /* (the reports' state is k's) */
+    free(ts);
+    return status;
   }
-  memset(vals, 0xff, cap * 8);
-  for (t = 0; t < T; t++)
-    for (i = offs[t]; i < offs[t + 1]; i++) {
-      uint64_t h = emc__fmix64(ids[i] ^ ((uint64_t)t << 48)) & (cap - 1);
-      while (vals[h] != ~0ull && !(keys[h] == ids[i] && (uint32_t)(vals[h] >> 32) == t)) h = (h + 1) & (cap - 1);
-      keys[h] = ids[i];
-      vals[h] = ((uint64_t)t << 32) | (uint32_t)i; /* the later position wins */
-    }
-  for (t = 0; t < T; t++)
-    for (i = offs[t]; i < offs[t + 1]; i++) {
-      uint64_t h = emc__fmix64(ids[i] ^ ((uint64_t)t << 48)) & (cap - 1);
-      while (!(keys[h] == ids[i] && (uint32_t)(vals[h] >> 32) == t)) h = (h + 1) & (cap - 1);
-      if ((uint32_t)vals[h] == (uint32_t)i) upos[m++] = (uint32_t)i;
-    }
-  *nu = m;
-  free(keys);
-  free(vals);
+  e = cudaMemcpyAsync(&g, k->V.g, sizeof g, cudaMemcpyDeviceToHost, k->priv);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(ts, k->V.ts, k->n_tables * sizeof *ts, cudaMemcpyDeviceToHost, k->priv);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);
+  if (e != cudaSuccess) {
+    pthread_mutex_unlock(&k->lock);
+    free(ts);
+    return emc__cuda_fail(e, "reading counters");
+  }
+  bad = mirror[0];
+  errs = mirror[1];
+  shortfall = mirror[2];
+  for (t = 0; t < k->n_tables; t++) /* hashed ids the device added to the store */
+    if (c->store->tables[t].kind == EMC_TABLE_HASHED &&
+        ts[t].store_count > EMC_LD_ACQUIRE(&c->store->tables[t].count))
+      EMC_ST_RELEASE(&c->store->tables[t].count, (uint64_t)ts[t].store_count);
+  free(ts);
+  if (bad) {
+    mirror[0] = 0;
+    cudaMemsetAsync(&k->V.g->bad_count, 0, sizeof(ull), k->writer);
+    snprintf(detail, sizeof detail,
+             "%llu dense ids out of range in lookups since the last flush (first: table %llu, "
+             "position %llu, id %llu); they read as zero rows",
+             g.bad_count, g.bad_table, g.bad_pos, g.bad_id);
+    status = EMC_ERANGE;
+  }
+  if (errs != k->errs_seen) {
+    emc__cuda_refusal_text(part, sizeof part, g.err_code, g.err_why, g.err_table, g.err_a, g.err_b);
+    snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
+             "%s%llu training calls refused on the device since the last flush, each changing "
+             "nothing (first: %s)", detail[0] ? "; " : "", errs - k->errs_seen, part);
+    if (status == EMC_OK) status = g.err_code ? (emc_status)g.err_code : EMC_ERANGE;
+    k->errs_seen = errs;
+    cudaMemsetAsync(&k->V.g->err_code, 0, sizeof(uint32_t), k->writer);
+  }
+  if (shortfall != k->short_seen) {
+    snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
+             "%s%llu prefetched rows did not fit the pin budget (t2 * capacity) since the last "
+             "report; they stayed unpinned", detail[0] ? "; " : "", shortfall - k->short_seen);
+    if (status == EMC_OK) status = EMC_ECAPACITY;
+    k->short_seen = shortfall;
+  }
+  pthread_mutex_unlock(&k->lock);
+  if (status != EMC_OK) return EMC_FAIL(status, "%s", detail);
   return EMC_OK;
 }
 
-extern "C" emc_status emc__cuda_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                       const void *rows, void *stream) {
-  emc__cuda_cache *k = c->cuda;
-  emc_store *s = c->store;
-  cudaStream_t st = (cudaStream_t)stream;
-  const uint64_t *offs = NULL;
-  uint64_t n = 0, i, nu = 0;
-  size_t bytes = 0;
-  emc_status status;
-  int ids_dev, rows_dev;
-  uint64_t *ids_h = NULL, *srows = NULL;
-  uint32_t *upos = NULL, t;
-  emc__scratch *S = NULL;
-  dcall C;
-  cudaError_t e = cudaSuccess;
-  if ((status = enter(k)) != EMC_OK) return status;
-  if ((status = batch_args(c, ids, offsets, rows, "rows", st, &offs, &n, &bytes)) != EMC_OK || n == 0)
-    goto done;
-  ids_dev = device_accessible(k, ids);
-  rows_dev = device_accessible(k, rows);
-  ids_h = (uint64_t *)malloc(n * 8);
-  srows = (uint64_t *)malloc(n * 8);
-  upos = (uint32_t *)malloc(n * 4);
-  if (!ids_h || !srows || !upos) {
-    status = EMC_FAIL(EMC_ENOMEM, "insert scratch for %llu ids", (unsigned long long)n);
-    goto done;
-  }
-  /* the ids on the host: range checks, store rows of new hashed ids, "last wins" */
-  if (ids_dev) {
-    if ((e = cudaMemcpyAsync(ids_h, ids, n * 8, cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
-        (e = cudaStreamSynchronize(st)) != cudaSuccess)
-      goto cuda;
-  } else {
-    memcpy(ids_h, ids, n * 8);
-  }
-  if ((status = emc__check_dense_ids(s, ids_h, offs)) != EMC_OK) goto done;
-  for (t = 0; t < s->n_tables; t++) {
-    const emc__table *tb = &s->tables[t];
-    uint64_t fresh, m = offs[t + 1] - offs[t];
-    if (tb->kind != EMC_TABLE_HASHED || m == 0) continue;
-    fresh = emc__count_new_ids(tb, ids_h + offs[t], (size_t)m);
-    if (fresh == (uint64_t)-1) {
-      status = EMC_FAIL(EMC_ENOMEM, "scratch set of %llu ids", (unsigned long long)m);
-      goto done;
-    }
-    if (fresh > tb->rows - tb->count) {
-      status = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu", t,
-                        tb->name, (unsigned long long)fresh, (unsigned long long)(tb->rows - tb->count));
-      goto done;
-    }
-  }
-  if ((status = last_positions(ids_h, offs, s->n_tables, upos, &nu)) != EMC_OK) goto done;
-  for (t = 0; t < s->n_tables; t++)
-    for (i = offs[t]; i < offs[t + 1]; i++)
-      srows[i] = s->tables[t].kind == EMC_TABLE_DENSE ? ids_h[i]
-                                                       : (uint64_t)emc__store_find_or_add(s, t, ids_h[i], NULL);
-  if ((status = acquire_slot(k, n, bytes, st, 0, &S)) != EMC_OK) goto done;
-  C = S->C;
-  C.mode = 1;
-  C.src = rows_dev ? (const unsigned char *)rows : S->stage_out;
-  C.srows = S->srows_d;
-  memcpy(S->pinned, offs, ((size_t)s->n_tables + 1) * 8);
-  {
-    uint64_t acc = 0;
-    for (t = 0; t < s->n_tables; t++) {
-      S->pinned[s->n_tables + 1 + t] = acc;
-      acc += (offs[t + 1] - offs[t]) * s->tables[t].row_bytes;
-    }
-  }
-  if ((e = cudaMemcpyAsync(C.offsets, S->pinned, ((size_t)s->n_tables * 2 + 1) * 8,
-                           cudaMemcpyHostToDevice, st)) != cudaSuccess ||
-      (e = cudaMemcpyAsync(S->srows_d, srows, n * 8, cudaMemcpyHostToDevice, st)) != cudaSuccess ||
-      (e = cudaMemcpyAsync(S->upos_d, upos, nu * 4, cudaMemcpyHostToDevice, st)) != cudaSuccess ||
-      (!ids_dev && (e = cudaMemcpyAsync(S->stage_ids, ids_h, n * 8, cudaMemcpyHostToDevice, st)) != cudaSuccess) ||
-      (!rows_dev && (e = cudaMemcpyAsync(S->stage_out, rows, bytes, cudaMemcpyHostToDevice, st)) != cudaSuccess) ||
-      (e = cudaEventRecord(S->looked, st)) != cudaSuccess ||
-      (e = cudaStreamWaitEvent(k->writer, S->looked, 0)) != cudaSuccess)
-    goto cuda;
-  /* the writer call: lock, in-place updates (misses recorded), demand, evict, admit (dirty,
-   * written through when no slot), repack, end */
-  if ((e = emc__cu_wr_lock(k, &C, k->writer)) != cudaSuccess ||
-      (e = emc__cu_insert_update(k, &C, S->upos_d, nu, ids_dev ? ids : S->stage_ids, k->writer)) != cudaSuccess ||
-      (e = emc__cu_wr_demand(k, &C, k->writer)) != cudaSuccess ||
-      (e = emc__cu_evict(k, k->writer)) != cudaSuccess ||
-      (e = emc__cu_admit(k, &C, k->writer)) != cudaSuccess ||
-      (e = emc__cu_repack(k, k->writer)) != cudaSuccess ||
-      (e = emc__cu_wr_end(k, &C, k->writer)) != cudaSuccess ||
-      (e = cudaEventRecord(S->done, k->writer)) != cudaSuccess ||
-      (e = cudaStreamWaitEvent(st, S->done, 0)) != cudaSuccess)
-    goto cuda;
-  S->used = 1;
-  pthread_mutex_unlock(&k->lock);
-  /* blocking: the host buffers above (srows, upos) are read by the copies */
-  if ((e = cudaStreamSynchronize(st)) != cudaSuccess) status = emc__cuda_fail(e, "cudaStreamSynchronize(insert)");
-  else __atomic_fetch_add(&k->n_inserts, n, __ATOMIC_RELAXED);
-  free(ids_h);
-  free(srows);
-  free(upos);
-  return status;
-cuda:
-  status = emc__cuda_fail(e, "enqueueing an insert");
-  if (S) {
-    cudaStreamSynchronize(st); /* the copies may still read the host buffers */
-    S->C.n = 0;                /* made afresh before it serves again (see lookup) */
-  }
-done:
-  pthread_mutex_unlock(&k->lock);
-  free(ids_h);
-  free(srows);
-  free(upos);
-  return status;
-}
-
-/* ================================================================= flush */
 extern "C" emc_status emc__cuda_flush(emc_cache *c, void *stream) {
   emc__cuda_cache *k = c->cuda;
   cudaStream_t st = (cudaStream_t)stream;
@@ -755,7 +726,7 @@ extern "C" emc_status emc__cuda_flush(emc_cache *c, void *stream) {
   dcall C;
   cudaError_t e;
   memset(&C, 0, sizeof C);
-  if ((status = enter(k)) != EMC_OK) return status;
+  if ((status = emc__cuda_enter(k)) != EMC_OK) return status;
   if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess ||
       (e = cudaEventRecord(ev, st)) != cudaSuccess ||
       (e = cudaStreamWaitEvent(k->writer, ev, 0)) != cudaSuccess ||
@@ -772,18 +743,7 @@ extern "C" emc_status emc__cuda_flush(emc_cache *c, void *stream) {
   e = cudaStreamSynchronize(st);
   cudaEventDestroy(ev);
   if (e != cudaSuccess) return emc__cuda_fail(e, "cudaStreamSynchronize(flush)");
-  if (*(volatile ull *)k->mirror_host) {
-    dglob g;
-    if ((e = cudaMemcpy(&g, k->V.g, sizeof g, cudaMemcpyDeviceToHost)) != cudaSuccess)
-      return emc__cuda_fail(e, "reading counters");
-    *k->mirror_host = 0;
-    cudaMemset(&k->V.g->bad_count, 0, sizeof(ull));
-    return EMC_FAIL(EMC_ERANGE,
-                    "%llu dense ids out of range in lookups since the last flush (first: table %llu, "
-                    "position %llu, id %llu); they read as zero rows",
-                    g.bad_count, g.bad_table, g.bad_pos, g.bad_id);
-  }
-  return EMC_OK;
+  return flush_reports(c);
 }
 
 /* ================================================================= stats */
@@ -813,6 +773,11 @@ extern "C" emc_status emc__cuda_stats(const emc_cache *c, emc_stats *o) {
   o->capacity_bytes = c->cfg.capacity_bytes;
   o->index_bytes = k->meta_bytes;
   o->dirty_rows = g.dirty_rows;
+  o->prefetched = g.prefetched;
+  o->pinned_rows = g.pinned_rows;
+  o->pinned_bytes = g.pinned_bytes;
+  o->pin_shortfall = g.pin_shortfall;
+  o->gradient_rows = g.grad_rows;
   {
     uint64_t rc = 0;
     uint32_t t;
@@ -841,22 +806,3 @@ extern "C" emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, u
   return EMC_OK;
 }
 
-/* ================================================================= training (in progress)
- * The device training path replaces these in the next commits. */
-extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                         void *stream) {
-  (void)c, (void)ids, (void)offsets, (void)stream;
-  return EMC_FAIL(EMC_EUNSUPPORTED, "emc_prefetch is not on the CUDA backend yet");
-}
-extern "C" emc_status emc__cuda_apply(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                      const void *grads, const emc_optimizer *opt, void *stream) {
-  (void)c, (void)ids, (void)offsets, (void)grads, (void)opt, (void)stream;
-  return EMC_FAIL(EMC_EUNSUPPORTED, "emc_apply_gradients is not on the CUDA backend yet");
-}
-extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                      uint64_t *unique_ids, uint64_t *unique_offsets,
-                                      uint32_t *inverse, void *stream) {
-  (void)c, (void)ids, (void)offsets, (void)unique_ids, (void)unique_offsets, (void)inverse,
-      (void)stream;
-  return EMC_FAIL(EMC_EUNSUPPORTED, "emc_dedup is not on the CUDA backend yet");
-}

@@ -26,9 +26,11 @@ typedef struct emc__scratch {
   uint64_t *stage_ids;     /* host-memory ids staged to the device */
   unsigned char *stage_out;/* host-memory out / rows staged */
   uint8_t *stage_where;    /* host-memory where staged */
-  uint64_t *srows_d;       /* insert: store row of every position */
-  uint32_t *upos_d;        /* insert: the distinct positions */
-  uint64_t *pinned;        /* pinned host buffer: offsets, outoff, tiles */
+  float *stage_grads;      /* apply: host-memory gradients staged */
+  float *gm;               /* apply: merged gradients */
+  size_t cap_gbytes;       /* bytes of stage_grads and gm */
+  uint64_t *pinned;        /* pinned host buffer: offsets, outoff, tiles / inoff; then the
+                              status words a blocking training call reads back */
   cudaEvent_t looked;      /* the lookup kernel is done */
   cudaEvent_t done;        /* the writer call is done: the slot may be reused */
   cudaGraphExec_t graph;   /* the writer call after a lookup, as one graph (NULL: launches) */
@@ -63,6 +65,9 @@ struct emc__cuda_cache {
   size_t meta_bytes;        /* index + per-page metadata (headers, bitmaps, owners) */
   uint64_t max_rows;        /* live pool entries the index is sized for */
   uint64_t n_lookups, n_inserts; /* host counters (atomic) */
+  uint64_t errs_seen;       /* refused training calls already reported by emc_flush */
+  uint64_t short_seen;      /* pin shortfall already reported */
+  uint32_t **map_claim;     /* per table: the device bitmap of a hashed map's used slots */
   struct {
     const void *p;
     int dev;
@@ -83,5 +88,27 @@ void emc__cuda_prof_collect(emc__cuda_cache *k);
 void emc__cuda_prof_print(emc__cuda_cache *k);
 
 emc_status emc__cuda_fail(cudaError_t e, const char *what);
+
+/* ---------------------------------------------------------------- shared by the calls
+ * (cache_cuda.cu; the training calls live in train_calls.cu) */
+/* Lock the cache's host state (k->lock) and select its device. */
+emc_status emc__cuda_enter(emc__cuda_cache *k);
+/* Can a kernel use p (device, managed or mapped pinned host memory)? Caller holds k->lock. */
+int emc__cuda_device_accessible(emc__cuda_cache *k, const void *p);
+/* The batch's offsets in host memory (device offsets are copied back: one wait), validated,
+ * and the NULL checks (buf_name NULL: no buffer checked). Caller holds k->lock. */
+emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                const void *buf, const char *buf_name, cudaStream_t st,
+                                const uint64_t **offs, uint64_t *n, size_t *bytes);
+/* A scratch slot for n positions, `bytes` of row staging and `gbytes` of gradient scratch,
+ * ready in st's order (see cache_cuda.cu). Caller holds k->lock. */
+emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, size_t gbytes,
+                                  cudaStream_t st, int captured, emc__scratch **out);
+/* The writer call's stages after lock and before end, for a call's misses: demand, evict,
+ * admit, repack. */
+cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+/* emc_flush's detail for a refused training call (reason codes of train.cu). */
+void emc__cuda_refusal_text(char *buf, size_t cap, uint32_t code, uint32_t why, uint32_t table,
+                            unsigned long long a, unsigned long long b);
 
 #endif /* EMC_CACHE_CUDA_H */

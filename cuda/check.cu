@@ -29,7 +29,10 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   uint32_t nt = k->n_tables, t, p;
   uint64_t slots = V.ix.n_buckets * EMC__BUCKET, i, handles = (uint64_t)V.n_pages * V.max_slots;
   uint64_t empty = emc__key_empty(V.key_bits), tomb = emc__key_tomb(V.key_bits);
-  uint64_t bytes = 0, dirty = 0, live = 0, tombs = 0, host_entries = 0;
+  uint64_t bytes = 0, dirty = 0, live = 0, tombs = 0, host_entries = 0, pinned = 0, pinned_bytes = 0;
+  uint64_t *ring = NULL;
+  uint32_t *ring_n = NULL;
+  uint8_t *want = NULL;
   size_t kb = V.key_bits == 32 ? 4 : 8;
   unsigned char *arena = NULL, *keys = NULL;
   uint64_t *lm = NULL, *rows = NULL, *used = NULL;
@@ -54,7 +57,11 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   used = (uint64_t *)calloc(handles / 64 + 1, 8);
   ts = (tstate *)malloc(nt * sizeof *ts);
   rows = (uint64_t *)calloc(nt, 8);
-  if (!arena || !keys || !lm || !free_pages || !plist || !page_live || !seen || !used || !ts || !rows) {
+  ring = (uint64_t *)malloc((size_t)V.n_lists * V.ring_cap * 8 + 8);
+  ring_n = (uint32_t *)malloc((size_t)V.n_lists * 4);
+  want = (uint8_t *)calloc(slots, 1);
+  if (!arena || !keys || !lm || !free_pages || !plist || !page_live || !seen || !used || !ts || !rows ||
+      !ring || !ring_n || !want) {
     st = EMC_FAIL(EMC_ENOMEM, "check scratch");
     goto done;
   }
@@ -65,6 +72,9 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   if (e == cudaSuccess) e = cudaMemcpy(plist, V.plist, (size_t)V.n_pages * 4, cudaMemcpyDeviceToHost);
   if (e == cudaSuccess) e = cudaMemcpy(ts, V.ts, nt * sizeof *ts, cudaMemcpyDeviceToHost);
   if (e == cudaSuccess) e = cudaMemcpy(&g, V.g, sizeof g, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(ring_n, V.ring_n, (size_t)V.n_lists * 4, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess && V.ring_cap)
+    e = cudaMemcpy(ring, V.ring_keys, (size_t)V.n_lists * V.ring_cap * 8, cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) {
     st = emc__cuda_fail(e, "copying the cache to the host");
     goto done;
@@ -98,7 +108,8 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
       const emc__table *tb = &c->store->tables[t];
       uint64_t r = loc & EMC__LOC_MAX;
       host_entries++;
-      CHK(tb->kind == EMC_TABLE_HASHED && r < tb->count && !(l & EMC__LM_DIRTY) &&
+      CHK(tb->kind == EMC_TABLE_HASHED && r < ts[t].store_count && !(l & EMC__LM_DIRTY) &&
+              !(l & EMC__LM_PINS) &&
               key == emc__global_key(&c->codec.tables[t], tb->row_ids[r], c->codec.hash_seed),
           "unified entry of table %u at slot %llu points at a wrong row", t, (unsigned long long)i);
       continue;
@@ -123,6 +134,10 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
       bytes += L->stride;
       dirty += (l & EMC__LM_DIRTY) != 0;
       rows[t]++;
+      if (l & EMC__LM_PINS) {
+        pinned++;
+        pinned_bytes += L->stride;
+      }
     }
   }
   CHK(live == g.ix_live && tombs == g.ix_tomb, "index: %llu live / %llu tombs, counters %llu / %llu",
@@ -187,6 +202,28 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   CHK(bytes <= V.high, "bytes in use %llu above t1 (%llu)", (unsigned long long)bytes, (unsigned long long)V.high);
   CHK(dirty == g.dirty_rows, "dirty rows %llu, counter %llu", (unsigned long long)dirty,
       (unsigned long long)g.dirty_rows);
+  /* pins: an entry's count is the number of live lists naming it; the gauges add up */
+  CHK(pinned == g.pinned_rows && pinned_bytes == g.pinned_bytes && pinned_bytes <= V.low,
+      "pinned: %llu rows / %llu bytes, counters %llu / %llu, budget %llu", (unsigned long long)pinned,
+      (unsigned long long)pinned_bytes, (unsigned long long)g.pinned_rows,
+      (unsigned long long)g.pinned_bytes, (unsigned long long)V.low);
+  for (t = 0; t < V.n_lists; t++) {
+    CHK(ring_n[t] <= V.ring_cap, "pin list %u: %u keys, room for %u", t, ring_n[t], V.ring_cap);
+    for (i = 0; i < ring_n[t]; i++) {
+      int64_t q = emc__index_find(&ix, ring[(uint64_t)t * V.ring_cap + i]);
+      CHK(q >= 0 && !(emc__lm_loc(lm[q]) & EMC__LOC_HOST), "pin list %u names key %llx, not cached", t,
+          (unsigned long long)ring[(uint64_t)t * V.ring_cap + i]);
+      want[q]++;
+    }
+  }
+  for (i = 0; i < slots; i++) {
+    uint64_t key = emc__ix_key(&ix, i);
+    if (key == empty || key == tomb) continue;
+    CHK(emc__lm_pins(lm[i]) == want[i], "index slot %llu: %u pins, %u live lists name it",
+        (unsigned long long)i, emc__lm_pins(lm[i]), want[i]);
+  }
+  for (t = 0; t < nt; t++)
+    CHK(ts[t].fresh == 0 && ts[t].new_rank == 0, "table %u: training counters left over", t);
 done:
   pthread_mutex_unlock(&k->lock);
   free(arena);
@@ -198,6 +235,9 @@ done:
   free(seen);
   free(used);
   free(ts);
+  free(ring);
+  free(ring_n);
+  free(want);
   free(rows);
   return st;
 }

@@ -11,7 +11,9 @@
  *   lookup   lookup.cu   the fused probe-and-copy kernel on the caller's stream
  *   admit    admit.cu    the writer sequence: begin, plan, fill, publish, end
  *   evict    evict.cu    the eviction pass (inside the writer sequence, when needed)
- *   maint    maint.cu    insert, flush, index re-pack steps
+ *   maint    maint.cu    flush, index re-pack steps
+ *   train    train.cu    prefetch pins, gradient updates, inserts, dedup (the batch sorted by
+ *                        id on the caller's stream, the cache's part in a writer call)
  *   check    check.cu    the white-box walk of every device structure
  *   cache_cuda.cu        lifecycle, streams, scratch pool, the API calls
  */
@@ -47,9 +49,16 @@ typedef struct dtab {
   const uint64_t *map_rowp1;
   const uint64_t *row_ids;      /* hashed: row -> id */
   uint64_t map_cap;
+  uint32_t *map_claim;          /* hashed: device bitmap of the map's used slots (the device
+                                   claims slots for new ids here, then publishes them in the
+                                   store's map in host memory) */
   emc__table_code code;         /* the table's key code */
   emc__page_layout L;           /* its page layout */
-  uint32_t row_bytes, stride, kind, pad_;
+  uint32_t row_bytes, stride, kind;
+  uint32_t dtype, dim;          /* emc_dtype (0 f32, 1 f16), elements per row */
+  uint32_t full_bytes;          /* row and optimizer state: what moves to and from the store */
+  uint32_t state_off, state;    /* the state's offset in a row slot; emc_row_state */
+  uint32_t pad_;
 } dtab;
 
 /* Per-table writer state (device array). */
@@ -61,7 +70,10 @@ typedef struct tstate {
   uint32_t need;                /* this writer call: rows asked for */
   uint32_t allow;               /* ... and granted */
   uint32_t g_first, g_n;        /* ... its grants in the call's grant array */
-  uint32_t pad_;
+  uint32_t fresh;               /* training call: the batch's new hashed ids (store rows) */
+  ull store_count;              /* hashed: rows the store holds (the device adds new ids; the
+                                   host's count follows at emc_flush) */
+  ull new_rank;                 /* training call: store rows handed out so far */
 } tstate;
 
 /* Global device state and counters. */
@@ -80,7 +92,17 @@ typedef struct dglob {
   uint32_t free_top;                  /* free page stack */
   uint32_t lock;                      /* writer lock (captured writer sequences) */
   uint32_t pass_active, aging, cut, repack_active, n_new_pages, n_grants, wrote_back;
-  uint32_t pad_;
+  /* prefetch pins (train.cu) */
+  uint32_t pin_next;                  /* the ring list the next prefetch releases and refills */
+  ull pinned_bytes, pinned_rows;      /* entries with a pin count > 0, their slot bytes */
+  ull pf_new_n;                       /* keys the running prefetch pinned (its list's length) */
+  ull prefetched, pin_shortfall, grad_rows;
+  ull batch_bytes;                    /* apply: the batch's distinct rows' slot bytes */
+  /* training calls refused on the device (reported by emc_flush; the call changed nothing) */
+  ull call_errs;                      /* refused calls since create */
+  uint32_t err_code, err_table;       /* the first since the last flush: emc_status, table */
+  uint32_t err_why, pad2_;            /* ... its reason (TR_WHY_*) */
+  ull err_a, err_b;                   /* ... and its figures (position / id, counts) */
 } dglob;
 
 /* Everything a kernel needs about the cache, by value. */
@@ -98,7 +120,11 @@ typedef struct dview {
   uint32_t *new_pages;          /* n_pages: pages this call took from the stack */
   ull *hist;                    /* EMC_HIST */
   uint32_t *wb_cells;           /* EMC_WB_CELLS */
-  ull *bad_mirror;              /* mapped host word: a lookup saw a bad dense id */
+  ull *bad_mirror;              /* mapped host words: [0] a lookup saw a bad dense id,
+                                   [1] refused training calls, [2] pin shortfall (rows) */
+  uint64_t *ring_keys;          /* prefetch pins: n_lists lists of ring_cap keys */
+  uint32_t *ring_n;             /* n_lists lengths */
+  uint32_t n_lists, ring_cap;   /* prefetch_depth + 1; keys a list holds */
 } dview;
 
 /* ---------------------------------------------------------------- per-call scratch
@@ -107,8 +133,18 @@ typedef struct dmiss {
   uint64_t id;                  /* the row's id */
   uint32_t pos;                 /* its first position in the batch (staging row) */
   uint32_t wb_epoch;            /* write-back epoch the staged copy was read under
-                                   (EMC_NONE32: the source is the caller's rows, always current) */
+                                   (EMC_NONE32: the source is the call's own rows, always
+                                   current; EMC_FROM_STORE: no copy, read the store row) */
 } dmiss;
+#define EMC_FROM_STORE 0xfffffffeu
+
+/* Modes of a writer call's admissions. */
+enum {
+  EMC_MODE_LOOKUP = 0,   /* a lookup's misses: clean, from its staging */
+  EMC_MODE_UPDATE = 1,   /* insert / apply_gradients: dirty full rows from the call's staging,
+                            written through to the store when they get no slot */
+  EMC_MODE_PREFETCH = 2  /* prefetch: clean, from the store, pinned while the budget lasts */
+};
 
 typedef struct dgrant {
   uint32_t page, count, table, rank;  /* ranks [rank, rank + count) of table's misses -> page */
@@ -118,7 +154,7 @@ typedef struct dcall {
   uint32_t *epoch;              /* device word: the miss-set epoch of the slot's current call
                                    (never 0; the writer call after it moves it on) */
   uint32_t n_tables;
-  uint32_t mode;                /* 0 lookup (clean admissions), 1 insert (dirty, write-through) */
+  uint32_t mode;                /* EMC_MODE_*: how admission takes the call's misses */
   uint64_t n;                   /* positions the scratch holds at most */
   uint64_t *offsets;            /* n_tables + 1 */
   uint64_t *outoff;             /* n_tables: byte offset of table t's rows in out / staging */
@@ -130,7 +166,21 @@ typedef struct dcall {
   unsigned char *staging;       /* lookup: first occurrences of misses, packed like out */
   dgrant *grants;               /* n + 2 * n_tables */
   uint32_t *slot_of;            /* n: the slot handle a miss was given (EMC_NONE32: none) */
-  const uint64_t *srows;        /* insert: store row of every position */
+  uint64_t *srows;              /* update calls: the store row of a run's position */
+  /* training calls (train.cu): the batch sorted by id within each table */
+  uint32_t *status;             /* 0, or the emc_status that refused the call on the device */
+  uint64_t *errinfo;            /* 3: why << 32 | table, and two figures, of that refusal */
+  uint64_t *skeys, *skeys_out;  /* n: ids, then sorted */
+  uint32_t *svals, *svals_out;  /* n: positions, then in sorted order (ascending in a run) */
+  uint32_t *head;               /* n: 1 where a run of equal ids starts; then (dedup) 1 at a
+                                   run's first position */
+  uint32_t *runidx;             /* n: exclusive scan of head (a sorted index's run) */
+  uint32_t *run_start;          /* n + 1: sorted index where each run starts */
+  uint32_t *n_runs;             /* 1 */
+  uint64_t *inoff;              /* n_tables: where table t's positions start in the caller's
+                                   rows (insert, bytes) or gradients (apply, floats) */
+  void *cub_tmp;                /* CUB's temporary storage */
+  size_t cub_bytes;
 } dcall;
 
 /* ---------------------------------------------------------------- strong accesses
@@ -289,6 +339,22 @@ __device__ __forceinline__ int64_t coop_probe(const emc__index_view &ix, uint64_
   return found;
 }
 
+/* Copy `bytes` (a multiple of 2) with 32 lanes, the widest units the alignment allows. */
+__device__ __forceinline__ void warp_copy(unsigned char *dst, const unsigned char *src, uint32_t bytes,
+                                          unsigned lane) {
+  uintptr_t a = (uintptr_t)dst | (uintptr_t)src | bytes;
+  uint32_t i;
+  if ((a & 15u) == 0) {
+    for (i = lane; i < bytes / 16; i += 32) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+  } else if ((a & 7u) == 0) {
+    for (i = lane; i < bytes / 8; i += 32) ((uint2 *)dst)[i] = ((const uint2 *)src)[i];
+  } else if ((a & 3u) == 0) {
+    for (i = lane; i < bytes / 4; i += 32) ((uint32_t *)dst)[i] = ((const uint32_t *)src)[i];
+  } else {
+    for (i = lane; i < bytes / 2; i += 32) ((uint16_t *)dst)[i] = ((const uint16_t *)src)[i];
+  }
+}
+
 /* Arguments of writer-call kernels. */
 typedef struct wr_args {
   dview V;
@@ -304,7 +370,7 @@ uint8_t *emc__cuda_repack_marks(const emc__cuda_cache *k);
 /* Host copy of table t's constants. */
 const dtab *emc__cuda_tab_host(const emc__cuda_cache *k, uint32_t t);
 /* Writer calls: lock (take the device writer lock, tick the clock), then optional work that
- * records misses (inserts), then demand (decide pass and re-pack on the device), then evict,
+ * records misses (training calls, train.cuh), then demand (decide pass and re-pack on the device), then evict,
  * admit, repack, end (release). */
 cudaError_t emc__cu_wr_lock(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
@@ -318,8 +384,7 @@ cudaError_t emc__cu_lookup(const emc__cuda_cache *k, const dcall *C, uint32_t *t
 cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st);
 cudaError_t emc__cu_repack(const emc__cuda_cache *k, cudaStream_t st);
-cudaError_t emc__cu_insert_update(const emc__cuda_cache *k, const dcall *C, const uint32_t *upos,
-                                  uint64_t n_unique, const uint64_t *ids, cudaStream_t st);
+
 cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st);
 cudaError_t emc__cu_init(const emc__cuda_cache *k, cudaStream_t st);
 

@@ -5,10 +5,11 @@
  * bytes in use plus the call's demand would pass t1 (g->pass_active), and a stamp-aging scan
  * when EMC__AGE_CLAMP / 2 clock ticks went by without one (g->aging). Every kernel here
  * returns at once when neither holds.
- *   hist     a thread per index slot: each live pool entry's age (clock - stamp, 16 bits,
- *            clamped to EMC__AGE_CLAMP, the stamp rewritten when clamped) into a histogram of
- *            EMC_HIST buckets of 8 ticks, weighted by the row's stride (block histograms in
- *            shared memory, then one atomic per non-empty bucket)
+ *   hist     a thread per index slot: each live, unpinned pool entry's age (clock - stamp,
+ *            16 bits, clamped to EMC__AGE_CLAMP, the stamp rewritten when clamped; pinned ones
+ *            are clamped too) into a histogram of EMC_HIST buckets of 8 ticks, weighted by the
+ *            row's stride (block histograms in shared memory, then one atomic per non-empty
+ *            bucket). Rows pinned by emc_prefetch are never evicted (train.cu).
  *   cut      (1 thread) from the oldest bucket down: the bucket where the bytes reach the need
  *   sweep    a thread per index slot: entries older than the cut bucket go, and entries of the
  *            cut bucket while the cut's share lasts; entries stamped at the current tick stay.
@@ -28,12 +29,13 @@
 
 __device__ __forceinline__ int pass_on(const dview &V) { return V.g->pass_active || V.g->aging; }
 
-/* The live pool entry at index slot i: its lm (0 when none). */
+/* The live, unpinned pool entry at index slot i (what a pass may evict): its lm (0 when
+ * none). */
 __device__ __forceinline__ uint64_t pool_entry(const dview &V, uint64_t i, uint64_t *key) {
   uint64_t k = ix_key(V.ix, i), lm;
   if (k == emc__key_empty(V.key_bits) || k == emc__key_tomb(V.key_bits)) return 0;
   lm = V.ix.lm[i];
-  if (emc__lm_loc(lm) & EMC__LOC_HOST) return 0;
+  if ((emc__lm_loc(lm) & EMC__LOC_HOST) || (lm & EMC__LM_PINS)) return 0;
   *key = k;
   return lm;
 }
@@ -82,7 +84,7 @@ __global__ void __launch_bounds__(256) k_ev_hist(const __grid_constant__ dview V
       age = EMC__AGE_CLAMP;
       V.ix.stamps[i] = emc__stamp_of(now - EMC__AGE_CLAMP);
     }
-    if (active) {
+    if (active && !(lm & EMC__LM_PINS)) { /* pinned rows are clamped, never counted */
       uint32_t t = hdr_of(V, emc__lm_loc(lm) / V.max_slots)->table;
       uint32_t b = age / (EMC__AGE_CLAMP / EMC_HIST);
       atomicAdd(&h[b < EMC_HIST ? b : EMC_HIST - 1], (ull)V.tabs[t].stride);
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
       atomicMax(&V.wb_cells[wb_cell(key)], g->wb_epoch + 1u);
       g->wrote_back = 1;
       __threadfence();
-      if (r >= 0) emc__row_store(tb->base + (uint64_t)r * tb->stride, emc__slot_row(pg, &tb->L, s), tb->row_bytes);
+      if (r >= 0) emc__row_store(tb->base + (uint64_t)r * tb->stride, emc__slot_row(pg, &tb->L, s), tb->full_bytes);
       __threadfence_system();
       wb++;
       dirty_gone++;

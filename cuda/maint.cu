@@ -2,12 +2,6 @@
  * maint.cu: the maintenance stages of writer calls and their launchers:
  *   init     a new cache's index (every slot EMPTY with a free, BUSY entry word), pages and
  *            free page stack
- *   insert   emc_insert's first step: a thread per distinct (table, id) of the batch (the host
- *            picked the last position of each, "last wins"): a cached row of the id is updated
- *            in place (entry BUSY, row, fresh meta with DIRTY); a key held by another id (a
- *            hashed collision) sends the row through to the store; any other row is recorded
- *            as a miss (one per key, by the call's miss set) that admission caches dirty, or
- *            writes through when it gets no slot
  *   flush    a thread per index slot: dirty rows written back, DIRTY cleared (readers ignore
  *            the bit, so no fresh meta)
  *   repack   a bounded step of the in-place tombstone sweep (lib/emc_item.h,
@@ -51,87 +45,14 @@ cudaError_t emc__cu_init(const emc__cuda_cache *k, cudaStream_t st) {
 }
 
 /* ---------------------------------------------------------------- store writes */
+/* A dirty slot's row and state back to its store row: the write-back cell first. */
 __device__ void store_write(const dview &V, const dtab *tb, uint64_t key, uint64_t row,
                             const unsigned char *src) {
   atomicMax(&V.wb_cells[wb_cell(key)], V.g->wb_epoch + 1u);
   V.g->wrote_back = 1;
   __threadfence();
-  emc__row_store(tb->base + row * tb->stride, src, tb->row_bytes);
+  emc__row_store(tb->base + row * tb->stride, src, tb->full_bytes);
   __threadfence_system();
-}
-
-/* ---------------------------------------------------------------- insert */
-__global__ void __launch_bounds__(256) k_ins_update(const __grid_constant__ wr_args A,
-                                                    const uint32_t *upos, uint64_t n_unique,
-                                                    const uint64_t *ids) {
-  const dview &V = A.V;
-  const dcall &C = A.C;
-  const uint16_t now = (uint16_t)V.g->clock;
-  const uint32_t set_epoch = *C.epoch;
-  ull dirty_new = 0, updated = 0;
-  GRID_STRIDE(u, n_unique) {
-    uint32_t q = upos[u], t = table_of(C.offsets, V.n_tables, q);
-    const dtab *tb = &V.tabs[t];
-    uint64_t id = ids[q], key = emc__global_key(&tb->code, id, V.hash_seed);
-    const unsigned char *src = C.src + C.outoff[t] + (q - C.offsets[t]) * tb->row_bytes;
-    int64_t pos = emc__index_find(&V.ix, key);
-    if (pos >= 0) {
-      uint64_t lm = V.ix.lm[pos];
-      uint32_t loc = emc__lm_loc(lm);
-      int own;
-      if (loc & EMC__LOC_HOST) {
-        uint64_t row = loc & EMC__LOC_MAX;
-        own = row < tb->code.rows && tb->row_ids[row] == id;
-      } else {
-        own = !tb->L.off_owner ||
-              *emc__slot_owner(page_of(V, loc / V.max_slots), &tb->L, loc % V.max_slots) == id;
-      }
-      if (own && !(loc & EMC__LOC_HOST)) { /* cached: update in place, by the writer protocol */
-        unsigned char *row = emc__slot_row(page_of(V, loc / V.max_slots), &tb->L, loc % V.max_slots);
-        uint32_t meta = atomicAdd(&V.g->meta_seq, EMC__META_STEP) + EMC__META_STEP;
-        atomicExch((ull *)&V.ix.lm[pos], (ull)(lm | EMC__LM_BUSY));
-        __threadfence();
-        emc__row_store(row, src, tb->row_bytes);
-        V.ix.stamps[pos] = now;
-        __threadfence();
-        atomicExch((ull *)&V.ix.lm[pos],
-                   (ull)emc__lm_make(loc, (meta & ~EMC__META_FLAGS) | EMC__META_DIRTY | (emc__lm_meta(lm) & EMC__META_PINS)));
-        dirty_new += !(lm & EMC__LM_DIRTY);
-        updated++;
-        continue;
-      }
-      if (!own) { /* another id's key: this id is never cached */
-        if (C.srows) store_write(V, tb, key, C.srows[q], src);
-        continue;
-      }
-    }
-    /* one miss per key: two ids of a hashed table under one key (or two 64-bit keys sharing a
-     * set fingerprint) would both be admitted; the second goes through to the store */
-    if (!emc__missset_insert(C.missset, C.set_mask, set_epoch, key, V.key_bits)) {
-      if (C.srows) store_write(V, tb, key, C.srows[q], src);
-      continue;
-    }
-    {
-      uint32_t rank = atomicAdd(&C.need[t], 1u);
-      dmiss m;
-      m.id = id;
-      m.pos = q;
-      m.wb_epoch = EMC_NONE32;
-      C.misses[C.offsets[t] + rank] = m;
-    }
-  }
-  if (dirty_new) atomicAdd(&V.g->dirty_rows, dirty_new);
-  (void)updated;
-}
-
-cudaError_t emc__cu_insert_update(const emc__cuda_cache *k, const dcall *C, const uint32_t *upos,
-                                  uint64_t n_unique, const uint64_t *ids, cudaStream_t st) {
-  wr_args A;
-  A.V = *emc__cuda_view(k);
-  A.C = *C;
-  if (n_unique == 0) return cudaSuccess;
-  k_ins_update<<<grid_for(n_unique, 256), 256, 0, st>>>(A, upos, n_unique, ids);
-  return cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- flush */

@@ -56,8 +56,14 @@
  *   Dense ids out of range: with host ids, EMC_ERANGE before anything changes (as on the
  *   host backend); with device ids the check runs on the device: the position reads a zero
  *   row (where: EMC_WHERE_ABSENT) and the next emc_flush returns EMC_ERANGE naming it.
- *   emc_insert reads the ids on the host (validation, store rows for new hashed ids, the last
- *   of duplicate ids) and waits for its writer call to finish.
+ *   Training calls and emc_insert (see "training") make no host round trip with device
+ *   buffers: the batch is sorted by id on the device (on `stream`), every check (dense ids,
+ *   hashed capacity, the batch against the cache) runs on the device, and the cache's part
+ *   runs as a writer call that `stream` then waits for (on the device). A call the device
+ *   refuses changes nothing; the next emc_flush returns its status and names it. New hashed
+ *   ids get their store rows on the device, from the table's free rows: emc_store_table_count
+ *   counts them once emc_flush has returned. With host buffers these calls stage them, wait,
+ *   and return the device's verdict themselves.
  */
 #ifndef EMBCACHE_H
 #define EMBCACHE_H
@@ -338,19 +344,23 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
  * is written back to the store on eviction, emc_flush or emc_cache_destroy. Within one call
  * the last of duplicate ids wins. A row that cannot get a slot is written through to the
  * store. Hashed ids new to the store reserve a store row here.
- * Host backend: host pointers, stream NULL. rows: emc_batch_bytes bytes.
- * CUDA backend: ids and rows in host or device memory; the ids are read on the host (one
- * wait on stream), checked, new hashed ids get their store rows; then the update runs on the
- * device and the call waits for it.
+ * Host backend: host pointers, stream NULL. rows: emc_batch_bytes bytes. Blocking.
+ * CUDA backend: ids and rows in host or device memory. With device buffers the call is
+ * asynchronous on stream (read rows only after it; see "CUDA backend": dense ids out of range
+ * and hashed tables over capacity are found on the device, the call then changes nothing and
+ * the next emc_flush returns EMC_ERANGE); with host buffers it waits and returns them.
  * Errors: EMC_EINVAL, EMC_ERANGE (dense id >= rows; a hashed table would exceed its
- * capacity), EMC_ECUDA. Checked before anything changes. Blocking. */
+ * capacity), EMC_ECUDA, EMC_EDEVMEM. Checked before anything changes. */
 EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               const void *rows, void *stream);
 
 /* Write every dirty row back to the store (rows stay cached, now clean).
- * CUDA backend: enqueued on stream, then waits for it; returns EMC_ERANGE (after flushing)
- * when lookups since the last flush had device ids out of range (the detail names the
- * first). Errors: EMC_EINVAL (NULL), EMC_ECUDA. Blocking. */
+ * CUDA backend: enqueued on stream, then waits for it. After flushing it reports what the
+ * asynchronous calls since the last flush met, the first as the status and all in the detail:
+ * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training
+ * calls or inserts refused on the device (they changed nothing), EMC_ECAPACITY for a refused
+ * emc_apply_gradients batch or rows prefetches could not pin. Errors: EMC_EINVAL (NULL),
+ * EMC_ECUDA. Blocking. */
 EMC_API emc_status emc_flush(emc_cache *c, void *stream);
 
 typedef struct emc_stats {
@@ -436,10 +446,12 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * the store: still correct) and returns EMC_ECAPACITY, the detail naming how many rows and
  * bytes did not fit. Hashed ids absent from the store are skipped (they read as zero rows).
  *   ids, offsets: a batch as for emc_lookup (see "Batches"), the same memory spaces.
- * Host backend: stream NULL (ignored); blocking. CUDA backend: asynchronous on stream; a
- * lookup of the batch on any stream after the prefetch has completed is all hits (rows that
- * fit); the EMC_ECAPACITY of an asynchronous prefetch is returned by the next emc_prefetch
- * or emc_flush (and counted in stats.pin_shortfall).
+ * Host backend: stream NULL (ignored); blocking. CUDA backend: with device ids asynchronous
+ * on stream; a lookup of the batch on any stream after the prefetch has completed is all hits
+ * (rows that fit); the EMC_ECAPACITY of an asynchronous prefetch is returned by the next
+ * emc_prefetch or emc_flush (and counted in stats.pin_shortfall). The first prefetch of a
+ * larger batch than any before grows the pin lists (one wait for the writer stream): it cannot
+ * be captured into a graph, and graphs captured from the cache fix the largest batch.
  * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32), EMC_ERANGE (a
  * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
  * then changes nothing), EMC_ECAPACITY (above; the fitting rows are pinned), EMC_ENOMEM,

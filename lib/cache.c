@@ -178,8 +178,9 @@ emc_status emc_cache_destroy(emc_cache *c) {
   if (!c) return EMC_OK;
   if (IS_CUDA(c)) {
     emc_status st = emc__cuda_flush(c, NULL);
-    /* EMC_ERANGE only reports earlier bad lookup ids: the flush itself completed */
-    if (st != EMC_OK && st != EMC_ERANGE) return st;
+    /* EMC_ERANGE and EMC_ECAPACITY only report what earlier asynchronous calls met (bad ids,
+     * refused training calls, pin shortfall): the flush itself completed */
+    if (st != EMC_OK && st != EMC_ERANGE && st != EMC_ECAPACITY) return st;
     emc__cuda_destroy(c);
   } else {
     EMC_TRY(emc__host_flush(c));
