@@ -598,9 +598,9 @@ class Optimizer:
             except OverflowError:  # an int beyond any float
                 f = math.inf
             if not math.isfinite(f):
-                _fail(func, f"optimizer {name} = {v!r}: must be finite as a float32")
+                _fail(func, f"optimizer {name} = {v}: must be finite as a float32")
             if name != "lr" and f < 0:
-                _fail(func, f"optimizer {name} = {v!r}: must be >= 0")
+                _fail(func, f"optimizer {name} = {v}: must be >= 0")
             setattr(o, name, f)
         return o
 
@@ -761,7 +761,7 @@ class Cache:
                     break
         return h or None
 
-    def _alloc(self, like, shape, dtype):
+    def _alloc(self, like, shape, dtype, func="lookup"):
         """A new array beside `like` (NumPy, CuPy or PyTorch)."""
         mod = type(like).__module__.split(".")[0]
         if mod == "cupy":
@@ -773,7 +773,8 @@ class Cache:
         if not isinstance(like, np.ndarray) and (
                 _cuda_array_interface(like, "lookup", "ids") is not None or
                 hasattr(like, "__dlpack__")):
-            _fail("lookup", f"cannot allocate beside a {type(like).__name__}: pass out=")
+            _fail(func, f"cannot allocate beside a {type(like).__name__}: " +
+                  ("pass out=" if func == "lookup" else "pass NumPy, CuPy or PyTorch ids"))
         return np.empty(shape, dtype=dtype)
 
     # ---- the calls
@@ -868,8 +869,8 @@ class Cache:
         b = self._ids(func, ids, o, s)
         n = b.shape[0]
         if self.backend == "cuda":
-            uids = self._alloc(ids, (n,), np.dtype(np.uint64))
-            inv = self._alloc(ids, (n,), np.dtype(np.uint32))
+            uids = self._alloc(ids, (n,), np.dtype(np.uint64), func)
+            inv = self._alloc(ids, (n,), np.dtype(np.uint32), func)
         else:
             uids, inv = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint32)
         uoff = np.zeros(len(self.store.tables) + 1, dtype=np.uint64)
