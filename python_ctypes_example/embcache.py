@@ -43,37 +43,55 @@ Streams (CUDA backend)
   their data ready on the stream the call uses. Calls return once enqueued; keep the arrays
   alive and synchronize the stream before reading `out`, as with any asynchronous CUDA call.
 
+Training (see "training" in embcache.h; the CUDA backend does not have these calls yet)
+  Table(..., state="adagrad") keeps a row-wise Adagrad accumulator beside every row;
+  Cache(..., prefetch_depth=1) sets how many later prefetches a prefetch's pins outlive.
+  A step: cache.prefetch(next_ids, next_offsets); rows = cache.lookup(ids, offsets);
+  forward/backward; cache.apply_gradients(ids, offsets, grads, Optimizer(...)).
+  grads    float32 always (whatever the tables' dtype), packed like `rows`: (n, dim) when every
+           table has the same dim, or 1-D of sum(n_t * dim_t) elements; same memory rules.
+  dedup    cache.dedup(ids, offsets) -> (unique_ids, unique_offsets, inverse).
+  store.read_state(table, ids) reads the accumulators (cache.flush() first).
+  EMC_ECAPACITY raises EmcCapacityError (an EmcError). From prefetch it is a partial success
+  (.partial is True): the rows that fit the pin budget were pinned, the others are read from
+  the store when needed, and lookups stay correct: a trainer may catch it and go on.
+
 Errors
   Every failure raises EmcError (a RuntimeError) with .status (the emc_status value), .name
   ("EMC_EINVAL"), .detail and .func. Failures the library reports carry its
-  emc_last_error_detail(); array checks made here (dtype, shape, contiguity, lengths the C
-  API cannot see) raise EmcError with status EMC_EINVAL and a detail in the same style.
+  emc_last_error_detail(); argument checks made here (dtype, shape, contiguity, lengths the C
+  API cannot see, optimizer fields) raise EmcError with status EMC_EINVAL and a detail in the
+  same style. EMC_ECAPACITY raises the subclass EmcCapacityError.
 
-Adding a call (the training calls, e.g. emc_prefetch / emc_apply_gradients / emc_dedup,
-when the library has them): add its prototype to _SIGNATURES (missing symbols are skipped,
-so the module still loads against an older library), then write a Cache method from the
-helpers every method here uses: self._ids(), self._offsets(), self._rows(),
-self._where(), self._stream() and _check(). See Cache.insert for a ten-line example.
+Adding a call: add its prototype to _SIGNATURES (missing symbols are skipped, so the module
+still loads against an older library), then write a Cache method from the helpers every
+method here uses: self._ids(), self._offsets(), self._rows(), self._where(), self._stream()
+and _check(). See Cache.insert for a ten-line example.
 """
 
 import ctypes
 import ctypes.util
+import math
 import os
 import sys
 import weakref
 
 import numpy as np
 
-__all__ = ["EmcError", "Table", "Store", "Cache", "load", "library", "version",
-           "host_allocator", "WHERE_CACHE", "WHERE_STORE", "WHERE_ABSENT"]
+__all__ = ["EmcError", "EmcCapacityError", "Table", "Store", "Cache", "Optimizer", "load",
+           "library", "version", "host_allocator", "device_count", "WHERE_CACHE",
+           "WHERE_STORE", "WHERE_ABSENT"]
 
 # --------------------------------------------------------------------------- the C API
 # Mirrors of include/embcache.h. C enums are int-sized.
-EMC_OK, EMC_EINVAL, EMC_ERANGE = 0, 1, 7
+EMC_OK, EMC_EINVAL, EMC_ERANGE, EMC_EUNSUPPORTED, EMC_ECAPACITY = 0, 1, 7, 10, 11
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}   # emc_dtype -> NumPy
 _DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
 _KINDS = {"dense": 0, "hashed": 1}
 _BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
+_STATES = {"none": 0, "adagrad": 1}                              # emc_row_state
+_OPT_KINDS = {"sgd": 0, "rowwise_adagrad": 1}                    # emc_optimizer_kind
+_MERGES = {"sum": 0, "mean": 1}                                  # emc_grad_merge
 WHERE_CACHE, WHERE_STORE, WHERE_ABSENT = 0, 1, 2
 
 _c_u64p = ctypes.POINTER(ctypes.c_uint64)
@@ -101,6 +119,12 @@ _STAT_FIELDS = ("lookups", "hits", "misses", "absent", "admissions", "admit_skip
 
 class _Stats(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
+
+
+class _Optimizer(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("kind", ctypes.c_int), ("merge", ctypes.c_int),
+                ("lr", ctypes.c_float), ("eps", ctypes.c_float),
+                ("initial_accumulator", ctypes.c_float)]
 
 
 _S, _P, _U32, _U64, _SZ = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_size_t
@@ -132,6 +156,11 @@ _SIGNATURES = {
     "emc_flush": (_S, [_P, _P]),
     "emc_get_stats": (_S, [_P, ctypes.POINTER(_Stats)]),
     "emc_device_count": (_S, [ctypes.POINTER(ctypes.c_int)]),
+    "emc_store_read_state": (_S, [_P, _U32, _P, _SZ, _P]),
+    "emc_optimizer_init": (None, [ctypes.POINTER(_Optimizer)]),
+    "emc_prefetch": (_S, [_P, _P, _P, _P]),
+    "emc_apply_gradients": (_S, [_P, _P, _P, _P, ctypes.POINTER(_Optimizer), _P]),
+    "emc_dedup": (_S, [_P, _P, _P, _P, _P, _P, _P]),
 }
 
 _lib = None
@@ -201,14 +230,39 @@ class EmcError(RuntimeError):
         super().__init__(f"{func}: {self.name}: {detail}")
 
 
+class EmcCapacityError(EmcError):
+    """EMC_ECAPACITY: a batch's rows do not fit the cache.
+
+    .partial is True when the call did its work except for the rows that did not fit (from
+    Cache.prefetch: the fitting rows are pinned, the rest stay unpinned and lookups of them
+    are still correct; on the CUDA backend an asynchronous prefetch's shortfall is raised by
+    the next prefetch or flush). It is False when nothing changed (from apply_gradients: the
+    batch's distinct rows take more than the cache ever holds; split the batch)."""
+
+    def __init__(self, status, func, detail):
+        super().__init__(status, func, detail)
+        self.partial = func in ("emc_prefetch", "emc_flush")
+
+
 def _check(status, func):
-    """Raise EmcError with the library's detail unless status is EMC_OK."""
+    """Raise EmcError (EmcCapacityError for EMC_ECAPACITY) with the library's detail unless
+    status is EMC_OK."""
     if status != EMC_OK:
-        raise EmcError(status, func, library().emc_last_error_detail().decode(errors="replace"))
+        cls = EmcCapacityError if status == EMC_ECAPACITY else EmcError
+        raise cls(status, func, library().emc_last_error_detail().decode(errors="replace"))
 
 
 def _fail(func, detail, status=EMC_EINVAL):
     raise EmcError(status, func, detail)
+
+
+def _fn(name):
+    """The library's function `name`; EmcError (EMC_EUNSUPPORTED) when this libembcache.so is
+    older than the call."""
+    fn = getattr(library(), name, None)
+    if fn is None:
+        _fail(name, f"this libembcache.so ({library()._name}) has no {name}", EMC_EUNSUPPORTED)
+    return fn
 
 
 # --------------------------------------------------------------------------- array adapters
@@ -356,16 +410,20 @@ def _adapt(obj, func, name, stream_for_dlpack):
 # --------------------------------------------------------------------------- store
 class Table:
     """A table's description. kind: "dense" (ids in [0, rows)) or "hashed" (any uint64 id, at
-    most `rows` distinct); dtype: "f32" / np.float32 or "f16" / np.float16."""
+    most `rows` distinct); dtype: "f32" / np.float32 or "f16" / np.float16; state: "none" or
+    "adagrad" (a row-wise Adagrad accumulator beside every row: emc_row_state)."""
 
-    def __init__(self, name, rows, dim, dtype="f32", kind="dense"):
+    def __init__(self, name, rows, dim, dtype="f32", kind="dense", state="none"):
         if kind not in _KINDS:
             _fail("Table", f"kind {kind!r}: use 'dense' or 'hashed'")
+        if state not in _STATES:
+            _fail("Table", f"state {state!r}: use one of {list(_STATES)}")
         dt = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}.get(dtype, None)
         dt = dt if dt is not None else np.dtype(dtype)
         if dt not in _DTYPE_CODES:
             _fail("Table", f"dtype {dtype!r}: use float32 ('f32') or float16 ('f16')")
         self.name, self.rows, self.dim, self.dtype, self.kind = name, int(rows), int(dim), dt, kind
+        self.state = state
 
     @property
     def row_bytes(self):
@@ -373,7 +431,7 @@ class Table:
 
     def __repr__(self):
         return (f"Table({self.name!r}, rows={self.rows}, dim={self.dim}, "
-                f"dtype={self.dtype.name}, kind={self.kind!r})")
+                f"dtype={self.dtype.name}, kind={self.kind!r}, state={self.state!r})")
 
 
 class Store:
@@ -391,7 +449,8 @@ class Store:
             descs = (_TableDesc * len(tables))()
             names = [None if t.name is None else str(t.name).encode() for t in tables]
             for i, t in enumerate(tables):
-                descs[i] = _TableDesc(names[i], _KINDS[t.kind], t.rows, t.dim, _DTYPE_CODES[t.dtype])
+                descs[i] = _TableDesc(names[i], _KINDS[t.kind], t.rows, t.dim,
+                                      _DTYPE_CODES[t.dtype], _STATES[t.state])
             _check(lib.emc_store_create(descs, len(tables), ctypes.byref(self._h)),
                    "emc_store_create")
         self.tables = []
@@ -399,7 +458,8 @@ class Store:
             d = _TableDesc()
             _check(lib.emc_store_table(self._h, i, ctypes.byref(d)), "emc_store_table")
             self.tables.append(Table(d.name.decode(), d.rows, d.dim, _DTYPES[d.dtype],
-                                     "hashed" if d.kind == 1 else "dense"))
+                                     "hashed" if d.kind == 1 else "dense",
+                                     {v: k for k, v in _STATES.items()}[d.state]))
 
     @classmethod
     def open(cls, path):
@@ -454,6 +514,22 @@ class Store:
         _check(library().emc_store_read(self._handle(func), table, b.ptr, b.shape[0], o.ptr), func)
         return out
 
+    def read_state(self, table, ids, out=None):
+        """emc_store_read_state: the optimizer state of each id's row, (n,) float32 (row-wise
+        Adagrad: the stored sum of mean squared gradients; absent hashed ids read 0). A table
+        without state raises the library's EMC_EINVAL. With a cache attached, flush it first."""
+        func = "emc_store_read_state"
+        b = self._table_ids(func, table, ids)
+        if out is None:
+            out = np.empty(b.shape[0], dtype=np.float32)
+        o, ro = _adapt(out, func, "out", None)
+        if o.device or ro or o.dtype != np.float32 or o.shape != (b.shape[0],):
+            _fail(func, f"out: need a writable ({b.shape[0]},) float32 host array, got "
+                        f"{o.dtype} {o.shape}{' read-only' if ro else ''}")
+        _check(library().emc_store_read_state(self._handle(func), table, b.ptr, b.shape[0],
+                                              o.ptr), func)
+        return out
+
     def close(self):
         """Free the store (destroy its cache first: the library refuses otherwise)."""
         cache = self._cache()
@@ -476,11 +552,71 @@ class Store:
             pass
 
 
+# --------------------------------------------------------------------------- optimizer
+class Optimizer:
+    """emc_optimizer: the step Cache.apply_gradients takes.
+
+    kind    "sgd" (w = fma(-lr, g, w) per element) or "rowwise_adagrad" (one accumulator per
+            row: every table of the store needs state="adagrad")
+    merge   "sum" or "mean": how the gradients of a batch's duplicate ids combine (summed in
+            position order; "mean" then divides by the number of positions)
+    lr      learning rate; eps, initial_accumulator: Adagrad's (>= 0). Finite numbers, taken
+            as float32 (a value that overflows float32 is refused).
+    The fields are checked here (EmcError, EMC_EINVAL), when the Optimizer is made and again
+    at every call (they may be reassigned in between); an unknown keyword raises EmcError too.
+    The C struct is made by emc_optimizer_init, so its struct_size is the library's."""
+
+    FIELDS = ("kind", "merge", "lr", "eps", "initial_accumulator")
+
+    def __init__(self, kind="sgd", merge="sum", lr=0.01, eps=1e-8, initial_accumulator=0.0,
+                 **unknown):
+        if unknown:
+            _fail("Optimizer", f"unknown field {', '.join(map(repr, unknown))}; the fields are "
+                               f"{', '.join(self.FIELDS)}")
+        self.kind, self.merge, self.lr = kind, merge, lr
+        self.eps, self.initial_accumulator = eps, initial_accumulator
+        self._as_c("Optimizer")
+
+    def _as_c(self, func):
+        """The emc_optimizer of these fields, checked."""
+        o = _Optimizer()
+        _fn("emc_optimizer_init")(ctypes.byref(o))
+        if o.struct_size != ctypes.sizeof(_Optimizer):
+            _fail(func, f"emc_optimizer is {o.struct_size} bytes in the library, "
+                        f"{ctypes.sizeof(_Optimizer)} in this module")
+        for name, table in (("kind", _OPT_KINDS), ("merge", _MERGES)):
+            v = getattr(self, name)
+            if not isinstance(v, str) or v not in table:
+                _fail(func, f"optimizer {name} {v!r}: use one of {list(table)}")
+            setattr(o, name, table[v])
+        for name in ("lr", "eps", "initial_accumulator"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                _fail(func, f"optimizer {name} = {v!r}: need a real number")
+            try:
+                f = ctypes.c_float(float(v)).value  # what the library will see
+            except OverflowError:  # an int beyond any float
+                f = math.inf
+            if not math.isfinite(f):
+                _fail(func, f"optimizer {name} = {v}: must be finite as a float32")
+            if name != "lr" and f < 0:
+                _fail(func, f"optimizer {name} = {v}: must be >= 0")
+            setattr(o, name, f)
+        return o
+
+    def __repr__(self):
+        return "Optimizer(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.FIELDS) + ")"
+
+    def __eq__(self, other):
+        return isinstance(other, Optimizer) and all(
+            getattr(self, k) == getattr(other, k) for k in self.FIELDS)
+
+
 # --------------------------------------------------------------------------- cache
 class Cache:
     """emc_cache over a Store. Keyword arguments set emc_cache_config fields: backend
     ("auto", "host", "cuda"), device, capacity_bytes, evict_high, evict_low, key_bits,
-    unified_index_rows, hash_seed (defaults: the library's)."""
+    unified_index_rows, hash_seed, prefetch_depth (defaults: the library's)."""
 
     def __init__(self, store, **config):
         lib = library()
@@ -505,6 +641,7 @@ class Cache:
         self.config = {name: getattr(cfg, name) for name, _ in _CacheConfig._fields_}
         t = store.tables
         self._uniform = all(x.dim == t[0].dim and x.dtype == t[0].dtype for x in t)
+        self._same_dim = all(x.dim == t[0].dim for x in t)
         self._dtype = t[0].dtype if all(x.dtype == t[0].dtype for x in t) else None
 
     @property
@@ -580,6 +717,25 @@ class Cache:
         self._placed(func, name, b)
         return b
 
+    def _grad_forms(self, offsets):
+        """Accepted (shape, dtype) forms of a gradient buffer: float32 whatever the tables'
+        dtype, packed like a row buffer."""
+        f32 = np.dtype(np.float32)
+        elems = sum(int(offsets[t + 1] - offsets[t]) * tab.dim
+                    for t, tab in enumerate(self.store.tables))
+        forms = [((int(offsets[-1]), self.store.tables[0].dim), f32)] if self._same_dim else []
+        return forms + [((elems,), f32)]
+
+    def _grads(self, func, grads, offsets, stream):
+        forms = self._grad_forms(offsets)
+        b, _ = _adapt(grads, func, "grads", stream)  # only read: read-only arrays are fine
+        if (b.shape, b.dtype) not in forms:
+            _fail(func, f"grads: {b.dtype} {b.shape}; need one of " +
+                  ", ".join(f"{dt.name} {sh}" for sh, dt in forms) +
+                  " (float32 whatever the tables' dtype)")
+        self._placed(func, "grads", b)
+        return b
+
     def _where(self, func, where, n, stream):
         b, readonly = _adapt(where, func, "where", stream)
         if b.dtype != np.uint8 or b.shape != (n,) or readonly:
@@ -605,7 +761,7 @@ class Cache:
                     break
         return h or None
 
-    def _alloc(self, like, shape, dtype):
+    def _alloc(self, like, shape, dtype, func="lookup"):
         """A new array beside `like` (NumPy, CuPy or PyTorch)."""
         mod = type(like).__module__.split(".")[0]
         if mod == "cupy":
@@ -617,7 +773,8 @@ class Cache:
         if not isinstance(like, np.ndarray) and (
                 _cuda_array_interface(like, "lookup", "ids") is not None or
                 hasattr(like, "__dlpack__")):
-            _fail("lookup", f"cannot allocate beside a {type(like).__name__}: pass out=")
+            _fail(func, f"cannot allocate beside a {type(like).__name__}: " +
+                  ("pass out=" if func == "lookup" else "pass NumPy, CuPy or PyTorch ids"))
         return np.empty(shape, dtype=dtype)
 
     # ---- the calls
@@ -654,6 +811,74 @@ class Cache:
         r = self._rows(func, "rows", rows, o, s, writable=False)
         _check(library().emc_insert(h, b.ptr, o.ctypes.data, r.ptr, s), func)
 
+    # ---- training
+    def prefetch(self, ids, offsets, stream=None):
+        """emc_prefetch: make every row of the batch resident and pin it through the next
+        prefetch_depth prefetch calls (pins expire by themselves). A lookup of the batch
+        afterwards is all hits for the pinned rows.
+
+        Raises EmcCapacityError (an EmcError; .partial True) when the batch's rows do not all
+        fit the pin budget (t2 * capacity_bytes, shared by the live prefetch window): that is
+        a partial success: the rows that fit were pinned, the others stay unpinned and are read
+        from the store when needed, so results stay correct. A trainer that only wants to know
+        can catch it (`except emc.EmcCapacityError`) and carry on; stats()["pin_shortfall"]
+        counts the rows. Other errors (EMC_EINVAL, EMC_ERANGE, ...) change nothing."""
+        func = "emc_prefetch"
+        h = self._handle(func)
+        o = self._offsets(func, offsets)
+        s = self._stream(func, stream, ids)
+        b = self._ids(func, ids, o, s)
+        _check(_fn(func)(h, b.ptr, o.ctypes.data, s), func)
+
+    def apply_gradients(self, ids, offsets, grads, optimizer, stream=None):
+        """emc_apply_gradients: one optimizer step on the batch's rows inside the cache (they
+        stay there, dirty, until evicted or flushed).
+
+        grads      float32 (whatever the tables' dtype), packed like lookup's rows: (n, dim)
+                   when every table has the same dim, else 1-D of sum(n_t * dim_t) elements
+                   (Cache.split gives per-table views); the same memory space as lookup's out.
+        optimizer  an Optimizer. Gradients of duplicate ids are merged (optimizer.merge).
+        Raises EmcError (nothing changed): EMC_EINVAL for bad arrays or optimizer fields (and
+        the library's detail for e.g. row-wise Adagrad over a table without state="adagrad"),
+        EMC_ERANGE (dense id out of range, hashed table full), EmcCapacityError (.partial
+        False) when the batch's distinct rows alone exceed the cache: split the batch."""
+        func = "emc_apply_gradients"
+        h = self._handle(func)
+        if not isinstance(optimizer, Optimizer):
+            _fail(func, f"optimizer: need an embcache.Optimizer, got {type(optimizer).__name__}")
+        opt = optimizer._as_c(func)
+        o = self._offsets(func, offsets)
+        s = self._stream(func, stream, ids, grads)
+        b = self._ids(func, ids, o, s)
+        g = self._grads(func, grads, o, s)
+        _check(_fn(func)(h, b.ptr, o.ctypes.data, g.ptr, ctypes.byref(opt), s), func)
+
+    def dedup(self, ids, offsets, stream=None):
+        """emc_dedup: the distinct ids of each table of a batch. Returns
+        (unique_ids, unique_offsets, inverse):
+          unique_ids      (m,) uint64, m = unique_offsets[-1]: each table's distinct ids in
+                          order of first occurrence, table by table (a batch of its own);
+          unique_offsets  (n_tables + 1,) uint64 host array: that batch's offsets;
+          inverse         (n,) uint32: unique_ids[inverse] == ids.
+        Host backend: NumPy arrays. CUDA backend: unique_ids and inverse are allocated beside
+        ids; unique_offsets is host memory (the library fills it before returning)."""
+        func = "emc_dedup"
+        h = self._handle(func)
+        o = self._offsets(func, offsets)
+        s = self._stream(func, stream, ids)
+        b = self._ids(func, ids, o, s)
+        n = b.shape[0]
+        if self.backend == "cuda":
+            uids = self._alloc(ids, (n,), np.dtype(np.uint64), func)
+            inv = self._alloc(ids, (n,), np.dtype(np.uint32), func)
+        else:
+            uids, inv = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint32)
+        uoff = np.zeros(len(self.store.tables) + 1, dtype=np.uint64)
+        u, _ = _adapt(uids, func, "unique_ids", s)
+        i, _ = _adapt(inv, func, "inverse", s)
+        _check(_fn(func)(h, b.ptr, o.ctypes.data, u.ptr, uoff.ctypes.data, i.ptr, s), func)
+        return uids[:int(uoff[-1])], uoff, inv
+
     def flush(self, stream=None):
         """emc_flush: write every dirty row back to the store (waits)."""
         _check(library().emc_flush(self._handle("emc_flush"), self._stream("emc_flush", stream)),
@@ -667,17 +892,27 @@ class Cache:
         return {n: getattr(st, n) for n in _STAT_FIELDS}
 
     def split(self, rows, offsets):
-        """Per-table (n_t, dim_t) views of a host row buffer (any accepted form)."""
+        """Per-table (n_t, dim_t) views of a host row buffer (any accepted form), or of a
+        float32 gradient buffer (apply_gradients' grads; float32 views whatever the dtypes)."""
         o = self._offsets("split", offsets)
-        r = self._rows("split", "rows", rows, o, None, writable=False)
+        forms = self._row_forms(o)
+        r, _ = _adapt(rows, "split", "rows", None)
+        if (r.shape, r.dtype) in forms:
+            dtypes = [tab.dtype for tab in self.store.tables]
+        elif (r.shape, r.dtype) in self._grad_forms(o):
+            dtypes = [np.dtype(np.float32)] * len(self.store.tables)
+        else:
+            both = list(dict.fromkeys(forms + self._grad_forms(o)))
+            _fail("split", f"rows: {r.dtype} {r.shape}; need one of " +
+                  ", ".join(f"{dt.name} {sh}" for sh, dt in both))
         if r.device:
             _fail("split", "rows: host arrays only")
         flat = np.asarray(rows).reshape(-1).view(np.uint8)
         views, at = [], 0
         for t, tab in enumerate(self.store.tables):
             n = int(o[t + 1] - o[t])
-            nb = n * tab.row_bytes
-            views.append(flat[at:at + nb].view(tab.dtype).reshape(n, tab.dim))
+            nb = n * tab.dim * dtypes[t].itemsize
+            views.append(flat[at:at + nb].view(dtypes[t]).reshape(n, tab.dim))
             at += nb
         return views
 

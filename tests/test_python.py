@@ -18,17 +18,29 @@ process. The rest checks the binding:
     this machine has none);
   * the CUDA backend's plumbing (which pointers and stream a call gets, which stream DLPack
     producers are asked for) against a library proxy that records the calls.
+  * training (host backend): a prefetched batch is all hits (lookup's `where`) even after a
+    flood of other rows, and a prefetch over the pin budget raises EmcCapacityError
+    (.partial: the fitting rows pinned, lookups still right); apply_gradients with SGD (sum
+    and mean merges; f32, f16 and hashed tables, new hashed ids; a cache small enough to
+    evict and write through) equals a NumPy reference bitwise, in the cache and in the store;
+    row-wise Adagrad rows and accumulators (store.read_state) within 1e-6 relative; dedup's
+    invariants (first-occurrence order per table, inverse, offsets, lookup of the distinct
+    rows gathered by inverse equals the batch's lookup); bad grads, optimizer fields,
+    batches and config raise EmcError with nothing changed; the CUDA plumbing of the new
+    calls against the proxy; and train_example.py runs and its loss goes down.
 Device arrays on the CUDA backend (CuPy, PyTorch, streams) need a GPU and are not run here.
 """
 import ctypes
 import os
+import subprocess
 import sys
 import unittest
 
 LIB = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else None
-sys.path.insert(0, sys.argv[2] if len(sys.argv) > 2 else
-                os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                             "python_ctypes_example"))
+PYDIR = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                     "python_ctypes_example"))
+sys.path.insert(0, PYDIR)
 del sys.argv[1:]  # unittest must not see them
 
 import numpy as np  # noqa: E402
@@ -374,6 +386,466 @@ class T07CudaPlumbing(unittest.TestCase):
             cache.__class__ = emc.Cache
             cache.close()
             store.close()
+
+
+# --------------------------------------------------------------------------- training
+def sgd_reference_step(ref, ids, grads, lr, mean, f16=False):
+    """One SGD step of emc_apply_gradients on `ref` (id -> float32 row) for one table's segment:
+    each distinct id's gradients summed in increasing position order in float32, divided by
+    the count for MEAN, then w = fmaf(-lr, g, w).
+
+    NumPy has no fma, and w - lr*g computed as two float32 operations rounds twice: in general
+    that is not fmaf. The tests make the product exact instead: lr is a power of two, so lr * g
+    is g with another exponent (no rounding, far from the subnormals), and fmaf(-lr, g, w),
+    which rounds w - lr*g once, equals float32 w minus the float32 product, which rounds only
+    the subtraction. The gradients are multiples of 1/1024 below 1/2 in magnitude, so their
+    float32 sums are exact too (the order matters only when sums round; it is still the
+    library's). MEAN's one division is correctly rounded in both. f16 tables: the float32
+    result rounded to nearest even, as astype(float16) does."""
+    lr = np.float32(lr)
+    positions = {}
+    for p, i in enumerate(ids.tolist()):
+        positions.setdefault(i, []).append(p)
+    for i, ps in positions.items():
+        acc = grads[ps[0]].copy()
+        for p in ps[1:]:
+            acc = acc + grads[p]  # float32 + float32: one rounding, position order
+        if mean and len(ps) > 1:
+            acc = acc / np.float32(len(ps))
+        new = ref[i] - lr * acc  # lr * acc exact (above); the subtraction rounds once
+        ref[i] = new.astype(np.float16).astype(np.float32) if f16 else new
+
+
+def adagrad_reference_step(ref, state, ids, grads, lr, eps, init, mean):
+    """Row-wise Adagrad as embcache.h states it, every float32 operation rounded in order:
+    stored += (sum_j g_j * g_j, in element order) / dim; s = init + stored;
+    w_j = w_j - (lr * g_j) / (sqrt(s) + eps)."""
+    f = np.float32
+    positions = {}
+    for p, i in enumerate(ids.tolist()):
+        positions.setdefault(i, []).append(p)
+    for i, ps in positions.items():
+        g = grads[ps[0]].copy()
+        for p in ps[1:]:
+            g = g + grads[p]
+        if mean and len(ps) > 1:
+            g = g / f(len(ps))
+        sq = f(0)
+        for x in g:
+            sq = f(sq + f(x * x))
+        state[i] = f(state.get(i, f(0)) + f(sq / f(g.size)))
+        denom = f(np.sqrt(f(f(init) + state[i])) + f(eps))
+        ref[i] = ref[i] - (f(lr) * g) / denom
+
+
+class T08Prefetch(unittest.TestCase):
+    def setUp(self):
+        emc.load(LIB)
+        self.store, self.present = make_store()
+
+    def tearDown(self):
+        self.store.close()
+
+    def test_prefetched_batch_is_all_hits_despite_a_flood(self):
+        rng = np.random.default_rng(8)
+        cap = 64 << 10
+        with emc.Cache(self.store, backend="host", capacity_bytes=cap, prefetch_depth=1) as c:
+            self.assertEqual(c.config["prefetch_depth"], 1)
+            nxt = make_batch(rng, self.present, n=(60, 40, 50))
+            c.prefetch(*nxt)
+            for step in range(20):
+                cur, nxt = nxt, make_batch(rng, self.present, n=(60, 40, 50))
+                c.prefetch(*nxt)  # cur stays pinned through this one prefetch (depth 1)
+                flood = make_batch(rng, self.present, n=(600, 400, 0))  # > the cache: evicts
+                c.lookup(*flood)
+                ids, offsets = cur
+                out, where = c.lookup(ids, offsets, where=True)
+                tags = ids[int(offsets[2]):]
+                absent = np.concatenate([np.zeros(int(offsets[2]), bool),
+                                         ~np.isin(tags, self.present)])
+                np.testing.assert_array_equal(where[absent], emc.WHERE_ABSENT)
+                np.testing.assert_array_equal(where[~absent], emc.WHERE_CACHE,
+                                              f"step {step}: a prefetched row missed")
+                for t, got in enumerate(c.split(out, offsets)):
+                    np.testing.assert_array_equal(
+                        got, self.store.read(t, ids[int(offsets[t]):int(offsets[t + 1])]))
+                st = c.stats()
+                self.assertLessEqual(st["pinned_bytes"], 0.80 * cap)
+            self.assertGreater(st["prefetched"], 0)
+            self.assertGreater(st["evictions"], 0)
+            self.assertEqual(st["pin_shortfall"], 0)
+
+    def test_capacity_is_a_partial_success(self):
+        cap = 16 << 10
+        with emc.Cache(self.store, backend="host", capacity_bytes=cap) as c:
+            ids = np.arange(1000, dtype=np.uint64)  # 1000 rows of 64 bytes: over t2 * 16 KiB
+            offsets = np.array([0, 1000, 1000, 1000], dtype=np.uint64)
+            with self.assertRaises(emc.EmcCapacityError) as cm:
+                c.prefetch(ids, offsets)
+            e = cm.exception
+            self.assertIsInstance(e, emc.EmcError)
+            self.assertEqual((e.status, e.name, e.func), (emc.EMC_ECAPACITY, "EMC_ECAPACITY",
+                                                          "emc_prefetch"))
+            self.assertTrue(e.partial)
+            self.assertIn("pin budget", e.detail)
+            st = c.stats()
+            self.assertGreater(st["pinned_rows"], 0)  # what fits is pinned
+            self.assertEqual(st["pinned_rows"] + st["pin_shortfall"], 1000)
+            self.assertLessEqual(st["pinned_bytes"], 0.80 * cap)
+            rows = c.split(c.lookup(ids, offsets), offsets)[0]  # still right
+            np.testing.assert_array_equal(rows, self.store.read(0, ids))
+            # a small batch: the big one is still in the window (depth 1), then it leaves it
+            small = (np.arange(5000 - 10, 5000, dtype=np.uint64),
+                     np.array([0, 10, 10, 10], dtype=np.uint64))
+            try:
+                c.prefetch(*small)
+            except emc.EmcCapacityError:
+                pass
+            c.prefetch(*small)
+            self.assertEqual(c.stats()["pinned_rows"], 10)
+
+            # apply_gradients of more distinct rows than the cache holds: nothing changes
+            before = c.stats()["gradient_rows"]
+            with self.assertRaises(emc.EmcCapacityError) as cm:
+                c.apply_gradients(ids, offsets, np.ones(1000 * 16, np.float32), emc.Optimizer())
+            self.assertFalse(cm.exception.partial)
+            self.assertEqual(c.stats()["gradient_rows"], before)
+        np.testing.assert_array_equal(self.store.read(0, ids), rows)
+
+
+class T09SgdBitwise(unittest.TestCase):
+    def run_steps(self, merge):
+        emc.load(LIB)
+        dim = 8
+        store = emc.Store([emc.Table("f32", rows=500, dim=dim),
+                           emc.Table("f16", rows=300, dim=dim, dtype="f16"),
+                           emc.Table("hashed", rows=400, dim=dim, kind="hashed")])
+        rng = np.random.default_rng(9)
+        present = np.unique(rng.integers(0, 2**64 - 1, 200, dtype=np.uint64, endpoint=True))
+        newcomers = rng.integers(0, 2**64 - 1, 100, dtype=np.uint64, endpoint=True)
+        store.write(2, present, np.zeros((present.size, dim), np.float32))
+        for t in range(3):
+            store.fill_uniform(t, -1.0, 1.0, seed=900 + t)
+        universe = [np.arange(500, dtype=np.uint64), np.arange(300, dtype=np.uint64),
+                    np.concatenate([present, newcomers])]
+        ref = [dict(zip(u.tolist(), store.read(t, u).astype(np.float32)))
+               for t, u in enumerate(universe)]  # absent hashed ids: zero rows, as created
+        opt = emc.Optimizer("sgd", merge=merge, lr=2.0**-4)
+        try:
+            # 8 KiB: rows stepped in place, admitted first, and written through to the store
+            with emc.Cache(store, backend="host", capacity_bytes=8 << 10) as c:
+                for step in range(25):
+                    n = rng.integers(0, 120, 3)  # empty segments too
+                    ids = np.concatenate([universe[t][rng.integers(0, 60 + 60 * t, n[t])]
+                                          for t in range(3)])  # ranges small: duplicates
+                    offsets = np.concatenate([[0], np.cumsum(n)]).astype(np.uint64)
+                    grads = (rng.integers(-511, 512, (ids.size, dim)) / 1024).astype(np.float32)
+                    c.apply_gradients(ids, offsets, grads, opt)
+                    for t in range(3):
+                        sl = slice(int(offsets[t]), int(offsets[t + 1]))
+                        sgd_reference_step(ref[t], ids[sl], grads[sl], opt.lr, merge == "mean",
+                                           f16=(t == 1))
+                    got = c.split(c.lookup(ids, offsets), offsets)
+                    for t in range(3):
+                        seg = ids[int(offsets[t]):int(offsets[t + 1])].tolist()
+                        want = np.array([ref[t][i] for i in seg], np.float32).reshape(-1, dim)
+                        np.testing.assert_array_equal(got[t].astype(np.float32), want,
+                                                      f"step {step} table {t} ({merge})")
+                st = c.stats()
+                self.assertGreater(st["gradient_rows"], 0)
+                self.assertGreater(st["evictions"] + st["admit_skipped"], 0)
+            for t in range(3):  # after emc_cache_destroy's write-back: the store, bitwise
+                u = universe[t]
+                touched = [i for i in u.tolist() if t != 2 or i in ref[t]]
+                want = np.array([ref[t][i] for i in touched], np.float32)
+                got = store.read(t, np.array(touched, np.uint64)).astype(np.float32)
+                np.testing.assert_array_equal(got, want, f"store table {t}")
+        finally:
+            store.close()
+
+    def test_sum(self):
+        self.run_steps("sum")
+
+    def test_mean(self):
+        self.run_steps("mean")
+
+
+class T10Adagrad(unittest.TestCase):
+    def test_rowwise_adagrad_and_state(self):
+        emc.load(LIB)
+        store = emc.Store([emc.Table("a", rows=300, dim=8, state="adagrad"),
+                           emc.Table("b", rows=200, dim=4, state="adagrad")])
+        self.assertEqual([t.state for t in store.tables], ["adagrad", "adagrad"])
+        store.fill_uniform(0, -1, 1, 10)
+        store.fill_uniform(1, -1, 1, 11)
+        rng = np.random.default_rng(10)
+        opt = emc.Optimizer("rowwise_adagrad", merge="mean", lr=0.05, eps=1e-6,
+                            initial_accumulator=0.1)
+        all_ids = [np.arange(300, dtype=np.uint64), np.arange(200, dtype=np.uint64)]
+        ref = [dict(zip(u.tolist(), store.read(t, u))) for t, u in enumerate(all_ids)]
+        state = [{}, {}]
+        try:
+            with emc.Cache(store, backend="host", capacity_bytes=8 << 10) as c:
+                for step in range(15):
+                    n = rng.integers(1, 80, 2)
+                    ids = np.concatenate([rng.integers(0, 40, n[0]), rng.integers(0, 30, n[1])])
+                    ids = ids.astype(np.uint64)
+                    offsets = np.array([0, n[0], n[0] + n[1]], dtype=np.uint64)
+                    # dims differ: the 1-D float32 form, split into per-table views
+                    grads = np.empty(n[0] * 8 + n[1] * 4, np.float32)
+                    for g in c.split(grads, offsets):
+                        g[:] = rng.standard_normal(g.shape).astype(np.float32)
+                    c.apply_gradients(ids, offsets, grads, opt)
+                    for t, g in enumerate(c.split(grads, offsets)):
+                        seg = ids[int(offsets[t]):int(offsets[t + 1])]
+                        adagrad_reference_step(ref[t], state[t], seg, g, opt.lr, opt.eps,
+                                               opt.initial_accumulator, mean=True)
+                c.flush()
+                for t in range(2):
+                    u = all_ids[t]
+                    want = np.array([ref[t][i] for i in u.tolist()])
+                    np.testing.assert_allclose(store.read(t, u), want, rtol=1e-6, atol=1e-7)
+                    want_state = np.array([state[t].get(i, 0.0) for i in u.tolist()], np.float32)
+                    got_state = store.read_state(t, u)
+                    self.assertEqual(got_state.dtype, np.float32)
+                    np.testing.assert_allclose(got_state, want_state, rtol=1e-6)
+                    self.assertTrue((got_state[:30] > 0).any() and (got_state[40:] == 0).all())
+        finally:
+            store.close()
+
+    def test_adagrad_needs_state(self):
+        emc.load(LIB)
+        store = emc.Store([emc.Table("a", rows=10, dim=4, state="adagrad"),
+                           emc.Table("b", rows=10, dim=4)])
+        try:
+            with emc.Cache(store, backend="host", capacity_bytes=1 << 16) as c:
+                ids, offsets = np.array([1, 2], np.uint64), [0, 1, 2]
+                with self.assertRaises(emc.EmcError) as cm:
+                    c.apply_gradients(ids, offsets, np.ones((2, 4), np.float32),
+                                      emc.Optimizer("rowwise_adagrad"))
+                e = cm.exception
+                self.assertEqual(e.status, emc.EMC_EINVAL)
+                self.assertEqual(e.detail, emc.library().emc_last_error_detail().decode())
+                self.assertIn("EMC_STATE_ADAGRAD", e.detail)
+                self.assertEqual(c.stats()["gradient_rows"], 0)
+                c.apply_gradients(ids, offsets, np.ones((2, 4), np.float32), emc.Optimizer())
+            # read_state: zeros for untouched rows, the library's EINVAL for a stateless table
+            np.testing.assert_array_equal(store.read_state(0, np.arange(10, dtype=np.uint64)), 0)
+            with self.assertRaises(emc.EmcError) as cm:
+                store.read_state(1, ids)
+            self.assertEqual(cm.exception.status, emc.EMC_EINVAL)
+            with self.assertRaises(emc.EmcError) as cm:
+                store.read_state(0, np.array([10], np.uint64))
+            self.assertEqual(cm.exception.status, emc.EMC_ERANGE)
+            with self.assertRaises(emc.EmcError) as cm:
+                store.read_state(2, ids)
+            self.assertEqual(cm.exception.status, emc.EMC_ERANGE)
+            with self.assertRaises(emc.EmcError) as cm:
+                store.read_state(0, ids, out=np.empty(2, np.float64))
+            self.assertIn("float32", cm.exception.detail)
+            out = np.full(2, 7, np.float32)
+            self.assertIs(store.read_state(0, ids, out=out), out)
+            np.testing.assert_array_equal(out, 0)
+        finally:
+            store.close()
+
+
+class T11Dedup(unittest.TestCase):
+    def test_invariants(self):
+        emc.load(LIB)
+        store, present = make_store()
+        rng = np.random.default_rng(11)
+        try:
+            with emc.Cache(store, backend="host", capacity_bytes=1 << 20) as c:
+                for _ in range(10):
+                    ids, offsets = make_batch(rng, present, n=tuple(rng.integers(0, 200, 3)))
+                    ids[:int(offsets[1])] %= 50  # many duplicates in table 0
+                    uids, uoff, inv = c.dedup(ids, offsets)
+                    self.assertEqual((uids.dtype, uoff.dtype, inv.dtype),
+                                     (np.uint64, np.uint64, np.uint32))
+                    self.assertEqual((uoff.shape, inv.shape), ((4,), ids.shape))
+                    self.assertEqual((int(uoff[0]), int(uoff[-1])), (0, uids.size))
+                    self.assertTrue((np.diff(uoff.astype(np.int64)) >= 0).all())
+                    np.testing.assert_array_equal(uids[inv], ids)
+                    for t in range(3):
+                        seg = ids[int(offsets[t]):int(offsets[t + 1])]
+                        useg = uids[int(uoff[t]):int(uoff[t + 1])]
+                        self.assertEqual(useg.tolist(), list(dict.fromkeys(seg.tolist())))
+                        iseg = inv[int(offsets[t]):int(offsets[t + 1])]
+                        self.assertTrue(((iseg >= uoff[t]) & (iseg < uoff[t + 1])).all())
+                    # look the distinct rows up once, gather by inverse: the batch's rows
+                    full = c.split(c.lookup(ids, offsets), offsets)
+                    uniq = c.split(c.lookup(uids, uoff), uoff)
+                    for t in range(3):
+                        iseg = inv[int(offsets[t]):int(offsets[t + 1])].astype(np.int64)
+                        np.testing.assert_array_equal(uniq[t][iseg - int(uoff[t])], full[t])
+                uids, uoff, inv = c.dedup(np.empty(0, np.uint64), [0, 0, 0, 0])
+                self.assertEqual((uids.size, inv.size, uoff.tolist()), (0, 0, [0, 0, 0, 0]))
+                with self.assertRaises(emc.EmcError) as cm:
+                    c.dedup(np.array([5000], np.uint64), [0, 1, 1, 1])
+                self.assertEqual(cm.exception.status, emc.EMC_ERANGE)
+        finally:
+            store.close()
+
+
+class T12TrainingBadInputs(unittest.TestCase):
+    def setUp(self):
+        emc.load(LIB)
+        self.store = emc.Store([emc.Table("a", rows=100, dim=4), emc.Table("b", rows=50, dim=4)])
+        self.store.fill_uniform(0, -1, 1, 1)
+        self.cache = emc.Cache(self.store, backend="host", capacity_bytes=1 << 16)
+        self.ids = np.array([1, 2, 3, 4, 5], dtype=np.uint64)
+        self.offsets = np.array([0, 3, 5], dtype=np.uint64)
+        self.grads = np.ones((5, 4), np.float32)
+
+    def tearDown(self):
+        self.cache.close()
+        self.store.close()
+
+    raises = T04BadArrays.raises
+
+    def unchanged(self, fn, *needles, status=emc.EMC_EINVAL):
+        """fn raises EmcError(status) with the needles in its detail, and the cache's counters
+        and rows do not move."""
+        before, rows = self.cache.stats(), self.store.read(0, self.ids[:3]).copy()
+        self.raises(fn, *needles, status=status)
+        self.assertEqual(self.cache.stats(), before)
+        self.cache.flush()
+        np.testing.assert_array_equal(self.store.read(0, self.ids[:3]), rows)
+
+    def test_grads(self):
+        c, i, o, opt = self.cache, self.ids, self.offsets, emc.Optimizer()
+        self.unchanged(lambda: c.apply_gradients(i, o, self.grads.astype(np.float64), opt),
+                       "float64 (5, 4)", "float32 (5, 4)", "float32 (20,)")
+        self.unchanged(lambda: c.apply_gradients(i, o, self.grads.astype(np.float16), opt),
+                       "float16", "whatever the tables' dtype")
+        self.unchanged(lambda: c.apply_gradients(i, o, np.ones((5, 5), np.float32), opt), "(5, 5)")
+        self.unchanged(lambda: c.apply_gradients(i, o, np.ones((4, 4), np.float32), opt), "(4, 4)")
+        self.unchanged(lambda: c.apply_gradients(i, o, np.ones(21, np.float32), opt), "(21,)")
+        self.unchanged(lambda: c.apply_gradients(i, o, np.ones((5, 8), np.float32)[:, :4], opt),
+                       "not C-contiguous")
+        self.unchanged(lambda: c.apply_gradients(i, o, self.grads.tolist(), opt),
+                       "expected a NumPy array")
+        host = self.grads
+
+        class FakeCuda:
+            __cuda_array_interface__ = {"shape": (5, 4), "typestr": "<f4", "strides": None,
+                                        "data": (host.ctypes.data, True), "version": 3}
+        self.unchanged(lambda: c.apply_gradients(i, o, FakeCuda(), opt), "grads: device memory")
+        ro = self.grads.copy()
+        ro.flags.writeable = False
+        c.apply_gradients(i, o, ro, opt)  # grads are only read
+        c.apply_gradients(i, o, ro.reshape(-1), opt)  # the 1-D form
+        self.assertEqual(c.stats()["gradient_rows"], 10)
+
+    def test_optimizer(self):
+        c, i, o, g = self.cache, self.ids, self.offsets, self.grads
+        for bad, needle in [(dict(kind="adam"), "kind 'adam'"), (dict(kind=1), "kind 1"),
+                            (dict(merge="median"), "merge 'median'"),
+                            (dict(lr=float("nan")), "lr = nan"),
+                            (dict(lr=np.float32("inf")), "lr = inf"),
+                            (dict(lr=1e39), "finite as a float32"),
+                            (dict(lr="0.1"), "real number"), (dict(lr=None), "real number"),
+                            (dict(lr=True), "real number"),
+                            (dict(eps=-1e-8), "eps = -1e-08"), (dict(eps=float("nan")), "eps"),
+                            (dict(initial_accumulator=-0.5), "initial_accumulator = -0.5"),
+                            (dict(initial_accumulator=float("inf")), "initial_accumulator"),
+                            (dict(learning_rate=0.1), "unknown field 'learning_rate'")]:
+            self.raises(lambda: emc.Optimizer(**bad), needle)
+        ok = emc.Optimizer(lr=-0.5, eps=0, initial_accumulator=0)  # negative lr: ascent, allowed
+        self.assertEqual(ok, emc.Optimizer(lr=-0.5, eps=0.0))
+        self.assertIn("lr=-0.5", repr(ok))
+        self.unchanged(lambda: c.apply_gradients(i, o, g, None), "need an embcache.Optimizer")
+        self.unchanged(lambda: c.apply_gradients(i, o, g, {"lr": 0.1}), "got dict")
+        opt = emc.Optimizer()
+        opt.lr = float("nan")  # reassigned after construction: checked again at the call
+        self.unchanged(lambda: c.apply_gradients(i, o, g, opt), "lr = nan")
+        opt.lr, opt.merge = 0.1, "avg"
+        self.unchanged(lambda: c.apply_gradients(i, o, g, opt), "merge 'avg'")
+
+    def test_batches_and_config(self):
+        c, o, opt = self.cache, self.offsets, emc.Optimizer()
+        bad_ids = np.array([1, 2, 100, 4, 5], dtype=np.uint64)
+        for fn in (lambda: c.prefetch(bad_ids, o),
+                   lambda: c.apply_gradients(bad_ids, o, self.grads, opt),
+                   lambda: c.dedup(bad_ids, o)):
+            self.unchanged(fn, "100", status=emc.EMC_ERANGE)
+        for fn in (lambda: c.prefetch(self.ids.astype(np.int32), o),
+                   lambda: c.apply_gradients(self.ids.astype(np.int32), o, self.grads, opt),
+                   lambda: c.dedup(self.ids.astype(np.int32), o)):
+            self.unchanged(fn, "dtype int32")
+        self.unchanged(lambda: c.prefetch(self.ids, o[:2]), "n_tables + 1 = 3")
+        self.unchanged(lambda: c.prefetch(self.ids[:4], o), "offsets[-1] = 5")
+        self.unchanged(lambda: c.prefetch(self.ids, np.array([0, 6, 5], np.uint64)))  # library's
+        self.unchanged(lambda: c.prefetch(self.ids, o, stream=3), "stream")
+        self.unchanged(lambda: c.apply_gradients(self.ids, o, self.grads, opt, stream=3), "stream")
+        self.raises(lambda: emc.Table("x", 10, 4, state="sgd"), "state 'sgd'")
+        self.cache.close()
+        e = self.raises(lambda: emc.Cache(self.store, backend="host", prefetch_depth=15),
+                        "prefetch_depth")
+        self.assertEqual(e.detail, emc.library().emc_last_error_detail().decode())
+        self.cache = emc.Cache(self.store, backend="host", capacity_bytes=1 << 16,
+                               prefetch_depth=0)
+        self.cache.prefetch(self.ids, o)
+        self.assertEqual(self.cache.stats()["pinned_rows"], 5)
+
+
+class T13TrainingPlumbing(unittest.TestCase):
+    """prefetch / apply_gradients on a Cache that claims the CUDA backend (T07's library proxy
+    records the calls): pointers, stream, the optimizer struct."""
+    Cai, DLDevice = T07CudaPlumbing.Cai, T07CudaPlumbing.DLDevice
+
+    class Proxy(T07CudaPlumbing.Proxy):
+        def emc_prefetch(self, *args):
+            self.calls.append(("prefetch",) + args)
+            return 0
+
+        def emc_apply_gradients(self, *args):
+            self.calls.append(("apply",) + args)
+            return 0
+
+    def test_streams_and_pointers(self):
+        real = emc.load(LIB)
+        store = emc.Store([emc.Table("a", rows=100, dim=4), emc.Table("b", rows=50, dim=4)])
+        cache = emc.Cache(store, backend="host", capacity_bytes=1 << 16)
+        proxy = self.Proxy(real)
+        cache.__class__ = type("FakeCudaCache", (emc.Cache,), {"backend": "cuda"})
+        emc._lib = proxy
+        try:
+            ids = np.array([1, 2, 3, 4, 5], dtype=np.uint64)
+            grads = np.ones((5, 4), np.float32)
+            offsets = [0, 3, 5]
+            cache.prefetch(self.Cai(ids, stream=7), offsets)
+            self.assertEqual(proxy.calls[-1][0], "prefetch")
+            self.assertEqual((proxy.calls[-1][2], proxy.calls[-1][-1]), (ids.ctypes.data, 7))
+            cache.apply_gradients(self.Cai(ids), offsets, self.Cai(grads, stream=2),
+                                  emc.Optimizer("sgd", "mean", lr=0.25))
+            name, _, p_ids, _, p_grads, opt, st = proxy.calls[-1]
+            self.assertEqual((name, p_ids, p_grads, st), ("apply", ids.ctypes.data,
+                                                          grads.ctypes.data, 2))
+            o = opt._obj
+            self.assertEqual((o.struct_size, o.kind, o.merge, o.lr),
+                             (ctypes.sizeof(emc._Optimizer), 0, 1, 0.25))
+            if hasattr(np.ndarray, "__dlpack__"):
+                d = self.DLDevice(grads)
+                cache.apply_gradients(ids, offsets, d, emc.Optimizer(), stream=11)
+                self.assertEqual((proxy.calls[-1][-1], d.asked), (11, [11]))
+        finally:
+            emc._lib = real
+            cache.__class__ = emc.Cache
+            cache.close()
+            store.close()
+
+
+class T14TrainExample(unittest.TestCase):
+    def test_runs_and_learns(self):
+        script = os.path.join(PYDIR, "train_example.py")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "EMC_LIB": LIB}
+        r = subprocess.run([sys.executable, script, "--steps", "200"], env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("train_example: OK", r.stdout)
+        print("\n" + r.stdout, file=sys.stderr, end="")
 
 
 if __name__ == "__main__":
