@@ -35,6 +35,7 @@
 #include "jline.h"
 #include "per_table.h"
 #include "sizing.h"
+#include "slot.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
@@ -404,15 +405,6 @@ static void *xcalloc(size_t n, size_t size) {
     exit(EXIT_EMC);
   }
   return p;
-}
-
-/* The slot stride the library uses for a row of row_bytes (embcache's emc__row_stride:
- * rounded up to 4 bytes, to 8, and to a multiple of 16 beyond 8). Duplicated here because
- * the bench sees only the public header; it only sizes the cache budget. */
-static uint64_t slot_stride(uint64_t row_bytes) {
-  if (row_bytes <= 4) return 4;
-  if (row_bytes <= 8) return 8;
-  return (row_bytes + 15u) & ~(uint64_t)15u;
 }
 
 static const char *backend_name(emc_backend b) {
@@ -888,7 +880,7 @@ int main(int argc, char **argv) {
   }
   for (uint32_t t = 0; t < b.n_tables; t++) b.total_rows += b.rows[t];
   b.row_bytes = (uint64_t)o.dim * emc_dtype_size(o.dtype);
-  b.stride = slot_stride(b.row_bytes);
+  b.stride = emcb_slot_stride(b.row_bytes);
   b.total_bytes = b.total_rows * b.stride;
   if (o.out) {
     b.out_file = fopen(o.out, "a");

@@ -36,6 +36,7 @@
 #include "embcache.h"
 #include "jline.h"
 #include "per_table.h"
+#include "slot.h"
 #include "trace.h"
 
 #define EXIT_WRONG 1
@@ -97,13 +98,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The library's slot stride (see emc-bench's copy): only sizes cache budgets. */
-static uint64_t slot_stride(uint64_t row_bytes) {
-  if (row_bytes <= 4) return 4;
-  if (row_bytes <= 8) return 8;
-  return (row_bytes + 15u) & ~(uint64_t)15u;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -211,7 +205,7 @@ typedef struct results {
 
 /* ------------------------------------------------------------------ 1 + 2: hit and miss */
 static void run_hit_miss(bench *b, results *R) {
-  const uint64_t n = HIT_ROWS, rb = ROW_BYTES, stride = slot_stride(ROW_BYTES);
+  const uint64_t n = HIT_ROWS, rb = ROW_BYTES, stride = emcb_slot_stride(ROW_BYTES);
   const uint64_t off_warm[2] = {0, WARM_CHUNK}, off[2] = {0, n};
   const size_t out_bytes = (size_t)(n * rb);
   double *ms = xmalloc(b->reps * sizeof *ms);
@@ -352,7 +346,7 @@ static void run_criteo(bench *b, results *R, double scale) {
   const uint32_t nt =
       emct_preset_rows("criteo-kaggle", scale, 0, 0, rows, EMCT_CRITEO_KAGGLE_TABLES);
   for (uint32_t t = 0; t < nt; t++) total += rows[t];
-  const uint64_t stride = slot_stride(ROW_BYTES);
+  const uint64_t stride = emcb_slot_stride(ROW_BYTES);
   size_t cap = (size_t)(CACHE_FRAC * (double)total * (double)stride);
   if (cap < 4 * stride) cap = 4 * stride; /* the library wants room for a row below t2 */
   R->crit_rows = (double)total;

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "per_table.h"
+#include "slot.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -51,12 +52,6 @@ void emcb_pt_free(emcb_pt *p) {
   memset(p, 0, sizeof *p);
 }
 
-static size_t stride_of(size_t row_bytes) {
-  if (row_bytes <= 4) return 4;
-  if (row_bytes <= 8) return 8;
-  return (row_bytes + 15u) & ~(size_t)15u;
-}
-
 int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
                 const uint64_t *(*ids)(void *ctx, size_t i), const uint64_t *offsets,
                 size_t row_bytes, size_t warmup, size_t batches, int warm_measured,
@@ -69,7 +64,7 @@ int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
   uint32_t T = p->n_tables, t;
   emc_cache **caches = calloc(T, sizeof *caches);
   emc_stats *s0 = calloc(T, sizeof *s0);
-  const size_t min_cap = (size_t)ceil((double)stride_of(row_bytes) / (double)cfg->evict_low) + 1;
+  const size_t min_cap = (size_t)ceil((double)emcb_slot_stride(row_bytes) / (double)cfg->evict_low) + 1;
   size_t i;
   int st = 0;
   memset(r, 0, sizeof *r);
