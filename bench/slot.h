@@ -4,7 +4,9 @@
  * The library charges a resident row its slot stride (emc_stats.bytes_in_use = rows * stride;
  * t1 and t2 compare against it). The stride is lib/emc_item.h's emc__row_stride, which the
  * public header does not export, so the benches keep this one copy of it (emc-bench,
- * emc-bench-gpu and per_table.c all size budgets with it).
+ * emc-bench-gpu, per_table.c and warmup.c all size budgets with it). tests/test_warmup.c
+ * checks that it equals the library's for every row size up to EMC_MAX_DIM f32 elements, so
+ * a change of the library's layout fails a test instead of skewing every budget.
  */
 #ifndef EMC_BENCH_SLOT_H
 #define EMC_BENCH_SLOT_H
