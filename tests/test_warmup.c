@@ -32,6 +32,10 @@
 #include "slot.h"
 #include "warmup.h"
 
+/* A dense table's descriptor; designated, so fields the header may add later start at 0. */
+#define DENSE(rows_, dim_, dtype_) \
+  {.name = NULL, .kind = EMC_TABLE_DENSE, .rows = (rows_), .dim = (dim_), .dtype = (dtype_)}
+
 /* ------------------------------------------------------------------ stride */
 START_TEST(stride_is_the_library_s) {
   for (uint64_t rb = 1; rb <= (uint64_t)EMC_MAX_DIM * 4; rb++)
@@ -199,8 +203,8 @@ END_TEST
 
 START_TEST(plan_skips_what_does_not_fit) {
   /* table 0 rows cost 64 bytes, table 1 rows 4 */
-  const emc_table_desc d[2] = {{NULL, EMC_TABLE_DENSE, 10, 16, EMC_DTYPE_F32},
-                               {NULL, EMC_TABLE_DENSE, 10, 1, EMC_DTYPE_F32}};
+  const emc_table_desc d[2] = {DENSE(10, 16, EMC_DTYPE_F32),
+                               DENSE(10, 1, EMC_DTYPE_F32)};
   /* counts: (0, 3) x3, (1, 5) x2, (1, 2) x1, (0, 4) x1; (1, 2) occurs before (0, 4) */
   const uint64_t ids[7] = {3, 3, 3, 5, 5, 2, 4}, off_a[3] = {0, 3, 6}, off_b[3] = {0, 0, 0};
   const uint64_t ids_b[1] = {4}, off_c[3] = {0, 1, 1};
@@ -242,8 +246,8 @@ START_TEST(count_millions) {
   /* ids [0, n) of two tables once each, in batches of 65,536 per table, then every id
    * divisible by 7 once more: 2n keys, the multiples of 7 counted twice */
   const uint64_t n = emct_scale(1500000, 10), chunk = 65536;
-  const emc_table_desc d[2] = {{NULL, EMC_TABLE_DENSE, n, 1, EMC_DTYPE_F32},
-                               {NULL, EMC_TABLE_DENSE, n, 1, EMC_DTYPE_F32}};
+  const emc_table_desc d[2] = {DENSE(n, 1, EMC_DTYPE_F32),
+                               DENSE(n, 1, EMC_DTYPE_F32)};
   uint64_t *ids = malloc(2 * chunk * sizeof *ids), off[3];
   emcb_warm_count c;
   emcb_warm_plan p;
@@ -472,7 +476,7 @@ START_TEST(warm_beats_cold) {
   run_ctx rc = {0};
   uint64_t offsets[4], total = 0;
   for (uint32_t t = 0; t < 3; t++) {
-    d[t] = (emc_table_desc){NULL, EMC_TABLE_DENSE, rows[t], dim, EMC_DTYPE_F32};
+    d[t] = (emc_table_desc)DENSE(rows[t], dim, EMC_DTYPE_F32);
     total += rows[t];
   }
   EMCT_OK(emc_store_create(d, 3, &s));
@@ -539,8 +543,8 @@ END_TEST
 
 /* ------------------------------------------------------------------ misuse */
 START_TEST(bad_use) {
-  const emc_table_desc d[2] = {{NULL, EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32},
-                               {NULL, EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32}};
+  const emc_table_desc d[2] = {DENSE(10, 4, EMC_DTYPE_F32),
+                               DENSE(10, 4, EMC_DTYPE_F32)};
   const uint64_t ids[2] = {1, 2}, bad_off[3] = {0, 2, 1}, bad_first[3] = {1, 1, 2};
   emcb_warm_count c;
   emcb_warm_plan p;
