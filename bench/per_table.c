@@ -30,7 +30,8 @@ int emcb_pt_init(emcb_pt *p, const uint64_t *rows, uint32_t n_tables, uint32_t d
     return EMC_ENOMEM;
   }
   for (t = 0; t < n_tables; t++) {
-    emc_table_desc d = {NULL, EMC_TABLE_DENSE, rows[t], dim, dtype};
+    emc_table_desc d = {.name = NULL, .kind = EMC_TABLE_DENSE, .rows = rows[t], .dim = dim,
+                        .dtype = dtype}; /* designated: later fields start at 0 */
     emc_status st = emc_store_create(&d, 1, &p->stores[t]);
     if (st == EMC_OK) st = emc_store_fill_uniform(p->stores[t], 0, -1.0f, 1.0f, seed);
     if (st != EMC_OK) {
