@@ -14,7 +14,9 @@
  * With --sweep-batch, 2 and 3 run once per batch size. With --mrc (sizing.c, mrc.c), each trace
  * also gets its exact LRU curve over every cache size (stack distances, one pass) and Belady's
  * OPT at the configured sizes and a few others, as "record":"mrc" JSON lines; --plot DIR
- * turns all lines into PNGs (bench/plot_bench.py).
+ * turns all lines into PNGs (bench/plot_bench.py). With --prewarm (warmup.c), each configuration
+ * also compares an empty cache with one warmed from the hottest rows of the trace's first
+ * batches, on the batches that follow them ("prewarm" in the JSON line).
  * Progress goes to stderr, JSON lines to stdout (and to --out FILE, appended).
  * Exit status: 0 ok; 1 wrong rows or --all-hit not all hits; 2 an emc_* call failed or out
  * of memory; 3 --plot failed; 64 bad command line.
@@ -35,7 +37,9 @@
 #include "jline.h"
 #include "per_table.h"
 #include "sizing.h"
+#include "slot.h"
 #include "trace.h"
+#include "warmup.h"
 
 #define EXIT_WRONG 1
 #define EXIT_EMC 2
@@ -74,6 +78,9 @@ typedef struct bench_opts {
   size_t mrc_points;        /* curve lines per trace */
   size_t mrc_opt_points;    /* curve lines that carry OPT too, besides the configured sizes */
   const char *plot_dir;     /* --plot DIR: PNGs of the run's lines; NULL for none */
+  int prewarm;              /* --prewarm: cold vs hot-set-warmed caches (warmup.c) */
+  size_t prewarm_sample;    /* batches counted for the hot set */
+  size_t prewarm_batches;   /* batches after them, measured on both caches */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -109,6 +116,11 @@ static void usage(FILE *f) {
       "  --mrc-opt-points N   of which carry OPT (default 8; OPT costs O(N log N) each)\n"
       "  --plot DIR           write PNGs of the run (hit ratio vs cache size, lookups/s vs\n"
       "                       batch size) and DIR/emc-bench.jsonl; needs python3 + matplotlib\n"
+      "  --prewarm            per configuration, an empty cache against one warmed with\n"
+      "                       the hottest rows (up to t2*capacity) of the trace's first\n"
+      "                       --prewarm-sample batches, on the --prewarm-batches after them\n"
+      "                       (JSON: \"prewarm\"; independent of --warmup)\n"
+      "  --prewarm-sample N --prewarm-batches K   (default 64 and 16)\n"
       "  --out FILE           append the JSON lines to FILE too\n"
       "  -h, --help\n"
       "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
@@ -161,7 +173,8 @@ enum {
   OPT_BATCH, OPT_BATCHES, OPT_WARMUP, OPT_CACHE_FRAC, OPT_T1, OPT_T2, OPT_BACKEND, OPT_KEY_BITS,
   OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
   OPT_PER_TABLE, OPT_NO_PER_TABLE,
-  OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT
+  OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT,
+  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES
 };
 
 /* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
@@ -198,6 +211,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"mrc-points", required_argument, NULL, OPT_MRC_POINTS},
       {"mrc-opt-points", required_argument, NULL, OPT_MRC_OPT_POINTS},
       {"plot", required_argument, NULL, OPT_PLOT},
+      {"prewarm", no_argument, NULL, OPT_PREWARM},
+      {"prewarm-sample", required_argument, NULL, OPT_PREWARM_SAMPLE},
+      {"prewarm-batches", required_argument, NULL, OPT_PREWARM_BATCHES},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->preset = "criteo-kaggle";
@@ -223,6 +239,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   o->per_table = -1;
   o->mrc_points = 60;
   o->mrc_opt_points = 8;
+  o->prewarm_sample = 64;
+  o->prewarm_batches = 16;
 
   int c;
   uint64_t u = 0;
@@ -334,6 +352,15 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         o->mrc_opt_points = (size_t)u;
         break;
       case OPT_PLOT: o->plot_dir = a; break;
+      case OPT_PREWARM: o->prewarm = 1; break;
+      case OPT_PREWARM_SAMPLE:
+        if (parse_u64(a, &u) != 0 || u > 1000000) goto bad;
+        o->prewarm_sample = (size_t)u;
+        break;
+      case OPT_PREWARM_BATCHES:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > 1000000) goto bad;
+        o->prewarm_batches = (size_t)u;
+        break;
       case 'h':
       case OPT_HELP: usage(stdout); return 1;
       case OPT_PER_TABLE: o->per_table = 1; break;
@@ -406,15 +433,6 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-/* The slot stride the library uses for a row of row_bytes (embcache's emc__row_stride:
- * rounded up to 4 bytes, to 8, and to a multiple of 16 beyond 8). Duplicated here because
- * the bench sees only the public header; it only sizes the cache budget. */
-static uint64_t slot_stride(uint64_t row_bytes) {
-  if (row_bytes <= 4) return 4;
-  if (row_bytes <= 8) return 8;
-  return (row_bytes + 15u) & ~(uint64_t)15u;
-}
-
 static const char *backend_name(emc_backend b) {
   switch (b) {
     case EMC_BACKEND_AUTO: return "auto";
@@ -459,7 +477,8 @@ typedef struct bench_ctx {
   emc_store *store;
   size_t batch_ids;        /* ids per batch: n_tables * batch */
   size_t n_batches;        /* warm-up + measured */
-  uint64_t *trace;         /* n_batches * batch_ids ids */
+  size_t n_trace;          /* batches generated: n_batches, or more for --prewarm */
+  uint64_t *trace;         /* n_trace * batch_ids ids */
   uint64_t *offsets;       /* n_tables + 1, the same for every batch */
   size_t out_bytes;        /* emc_batch_bytes of one batch */
   unsigned char *out;      /* out_bytes */
@@ -586,6 +605,11 @@ static int pt_check(void *ctx, size_t i, const unsigned char *rows) {
 }
 
 /* ... and batch i's hits per distinct key, as the global cache's are counted. */
+/* --prewarm: the warmed cache's first measured batch, checked as the main cache's rows are. */
+static int warm_check(void *ctx, size_t i, const void *rows) {
+  return check_rows(ctx, batch_ids(ctx, i), rows, "prewarmed cache") != 0;
+}
+
 static void pt_distinct(void *ctx, size_t i, const uint8_t *where, uint64_t *hits, uint64_t *keys) {
   bench_ctx *b = ctx;
   size_t m = 0;
@@ -757,6 +781,20 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
     }
   }
 
+  /* ---- --prewarm: an empty cache against one warmed from the trace's hot set (warmup.c) */
+  emcb_warm_report wr;
+  char wjson[1024];
+  if (o->prewarm) {
+    const emcb_warm_setup ws = {.store = b->store, .cfg = &cfg, .offsets = b->offsets,
+                                .host_ids = pt_ids, .check = warm_check, .ctx = b, .out = b->out,
+                                .sample_batches = o->prewarm_sample,
+                                .measure_batches = o->prewarm_batches};
+    int wst = emcb_warm_run(&ws, &wr);
+    if (wst != 0) die_emc("--prewarm", (emc_status)wst);
+    if (!wr.rows_ok) wrong = 1;
+    if (emcb_warm_json(&wr, wjson, sizeof wjson) < 0) die_emc("--prewarm's JSON", EMC_ENOMEM);
+  }
+
   /* ---- report */
   const double hit_ratio = lookups ? (double)hits / (double)lookups : NAN;
   const double hit_distinct = dist_total ? (double)dist_hits / (double)dist_total : NAN;
@@ -851,6 +889,10 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
     jl_u64(&j, "per_table_min_capacity", pt.min_capacity);
     jl_num(&j, "global_vs_per_table_speed", lps / pt.lookups_per_s);
   }
+  if (o->prewarm) {
+    jl_key(&j, "prewarm");
+    jl_raw(&j, "%s", wjson);
+  }
   jl_u64(&j, "rows_checked", checked);
   jl_bool(&j, "rows_ok", !wrong);
   if (jl_end(&j) != 0) fputs("emc-bench: result line truncated\n", stderr);
@@ -866,6 +908,12 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   if (o->per_table)
     fprintf(stderr, "emc-bench:   per-table caches: hit %.4f, %.3g lookups/s (global x%.2f)\n",
             pt.hit_ratio, pt.lookups_per_s, lps / pt.lookups_per_s);
+  if (o->prewarm)
+    fprintf(stderr, "emc-bench:   prewarm: %" PRIu64 " rows (%.3g of %.3g MB) from %zu batches "
+            "(plan %.3f s, apply %.3f s); next %zu batches hit cold %.4f, warm %.4f, replayed "
+            "sample %.4f (%.3f s)\n", wr.rows, (double)wr.bytes / 1e6, (double)wr.budget_bytes / 1e6,
+            o->prewarm_sample, wr.plan_s, wr.apply_s, o->prewarm_batches, wr.hit_ratio_cold,
+            wr.hit_ratio_warm, wr.hit_ratio_replay, wr.replay_s);
   return wrong ? EXIT_WRONG : 0;
 }
 
@@ -888,7 +936,7 @@ int main(int argc, char **argv) {
   }
   for (uint32_t t = 0; t < b.n_tables; t++) b.total_rows += b.rows[t];
   b.row_bytes = (uint64_t)o.dim * emc_dtype_size(o.dtype);
-  b.stride = slot_stride(b.row_bytes);
+  b.stride = emcb_slot_stride(b.row_bytes);
   b.total_bytes = b.total_rows * b.stride;
   if (o.out) {
     b.out_file = fopen(o.out, "a");
@@ -940,7 +988,10 @@ int main(int argc, char **argv) {
     if ((size_t)o.batch_sizes[i] > max_batch) max_batch = (size_t)o.batch_sizes[i];
   b.batch_ids = (size_t)b.n_tables * max_batch;
   b.n_batches = o.warmup + o.batches;
-  b.trace = xmalloc(b.n_batches * b.batch_ids * sizeof *b.trace);
+  b.n_trace = b.n_batches; /* --prewarm reads batches [0, sample + measured) */
+  if (o.prewarm && o.prewarm_sample + o.prewarm_batches > b.n_trace)
+    b.n_trace = o.prewarm_sample + o.prewarm_batches;
+  b.trace = xmalloc(b.n_trace * b.batch_ids * sizeof *b.trace);
   b.offsets = xmalloc((b.n_tables + 1) * sizeof *b.offsets);
   b.out = xmalloc(b.batch_ids * b.row_bytes);
   b.expect = xmalloc(b.row_bytes);
@@ -969,12 +1020,12 @@ int main(int argc, char **argv) {
         return EXIT_EMC;
       }
       uint64_t *off = xmalloc((b.n_tables + 1) * sizeof *off);
-      for (size_t i = 0; i < b.n_batches; i++)
+      for (size_t i = 0; i < b.n_trace; i++) /* batches past n_batches leave these unchanged */
         emct_gen_batch(&g, o.batch, b.trace + i * b.batch_ids, off);
       free(off);
       emct_gen_free(&g);
       fprintf(stderr, "emc-bench: trace of %zu batches x %zu ids (alpha %g) in %.2f s\n",
-              b.n_batches, b.batch_ids, o.alphas[a], now_s() - t0);
+              b.n_trace, b.batch_ids, o.alphas[a], now_s() - t0);
 
       /* ---- sizing: the trace's LRU curve before the configurations (they report on it) */
       if (o.mrc) {

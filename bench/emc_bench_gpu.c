@@ -17,6 +17,10 @@
  *   6. launches:   one lookup captured into a CUDA graph (relaxed mode) and its nodes counted
  *                  (under capture the writer call that admits the misses is captured too);
  *                  -1 and the reason when capture fails (the bench goes on).
+ *   7. --prewarm:  on the Criteo store and cache size, batches of 16,384 samples: an empty
+ *                  cache against one warmed with the hot set of the first --prewarm-sample
+ *                  batches (bench/warmup.c) and one that replayed them, each measured on the
+ *                  --prewarm-batches after the sample ("prewarm" in the JSON line).
  * A human table goes to stderr, one JSON line to stdout (and appended to --out FILE).
  * Exit status: 0 ok; 1 wrong rows or the all-hit run missed; 2 an emc_* or CUDA call failed
  * (or out of memory); 64 bad command line; 77 no CUDA device answers.
@@ -36,7 +40,9 @@
 #include "embcache.h"
 #include "jline.h"
 #include "per_table.h"
+#include "slot.h"
 #include "trace.h"
+#include "warmup.h"
 
 #define EXIT_WRONG 1
 #define EXIT_FAIL 2
@@ -99,13 +105,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The library's slot stride (see emc-bench's copy): only sizes cache budgets. */
-static uint64_t slot_stride(uint64_t row_bytes) {
-  if (row_bytes <= 4) return 4;
-  if (row_bytes <= 8) return 8;
-  return (row_bytes + 15u) & ~(uint64_t)15u;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -123,6 +122,8 @@ typedef struct bench {
   cudaStream_t st;       /* every lookup and copy is ordered on this stream */
   cudaEvent_t e0, e1;    /* timing events */
   int wrong;             /* a check failed: exit 1 */
+  int prewarm;           /* --prewarm: figure 7 */
+  size_t pw_sample, pw_batches; /* its sample and measured batches */
 } bench;
 
 /* Milliseconds between e0 and e1 once e1 has completed. */
@@ -207,11 +208,12 @@ typedef struct results {
   double st1_ids_per_s, st4_ids_per_s;
   double graph_nodes, graph_kernels, graph_memcpys, graph_memsets;
   char graph_error[256];
+  emcb_warm_report pw;   /* --prewarm */
 } results;
 
 /* ------------------------------------------------------------------ 1 + 2: hit and miss */
 static void run_hit_miss(bench *b, results *R) {
-  const uint64_t n = HIT_ROWS, rb = ROW_BYTES, stride = slot_stride(ROW_BYTES);
+  const uint64_t n = HIT_ROWS, rb = ROW_BYTES, stride = emcb_slot_stride(ROW_BYTES);
   const uint64_t off_warm[2] = {0, WARM_CHUNK}, off[2] = {0, n};
   const size_t out_bytes = (size_t)(n * rb);
   double *ms = xmalloc(b->reps * sizeof *ms);
@@ -347,12 +349,67 @@ static int pt_check(void *ctx, size_t i, const unsigned char *d_out) {
   return 0;
 }
 
+/* ------------------------------------------------------------------ 7: --prewarm */
+/* warmup.c's callbacks: host ids (counted), device ids (looked up), a wait on the bench
+ * stream, and the warmed cache's first measured batch checked like the others. */
+typedef struct pw_ctx {
+  bench *b;
+  const uint64_t *h, *d;
+  size_t per;
+  uint32_t nt;
+  emct_rng rng;
+} pw_ctx;
+static const uint64_t *pw_host(void *ctx, size_t i) {
+  const pw_ctx *p = ctx;
+  return p->h + i * p->per;
+}
+static const uint64_t *pw_dev(void *ctx, size_t i) {
+  const pw_ctx *p = ctx;
+  return p->d + i * p->per;
+}
+static void pw_sync(void *ctx) { CU(cudaStreamSynchronize(((pw_ctx *)ctx)->b->st)); }
+static int pw_check(void *ctx, size_t i, const void *d_out) {
+  pw_ctx *p = ctx;
+  return check_rows(p->b, d_out, pw_host(ctx, i), TP_BATCH, p->nt, &p->rng) != 0;
+}
+
+static void run_prewarm(bench *b, results *R, emc_store *s, const uint64_t *rows, uint32_t nt,
+                        size_t cap) {
+  uint64_t *h = NULL, *d = NULL, off[EMCT_CRITEO_KAGGLE_TABLES + 1];
+  unsigned char *d_out = NULL;
+  emc_cache_config cfg;
+  pw_ctx px = {b, NULL, NULL, (size_t)TP_BATCH * nt, nt, {{0}}};
+  fprintf(stderr, "emc-bench-gpu: --prewarm: %zu + %zu batches of %u x %u ids...\n",
+          b->pw_sample, b->pw_batches, TP_BATCH, nt);
+  make_trace(rows, nt, TP_BATCH, b->pw_sample + b->pw_batches, SEED + 6, &h, &d, off);
+  CU(cudaMalloc((void **)&d_out, px.per * ROW_BYTES));
+  emct_rng_seed(&px.rng, SEED + 7);
+  px.h = h;
+  px.d = d;
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_CUDA;
+  cfg.capacity_bytes = cap;
+  const emcb_warm_setup ws = {.store = s, .cfg = &cfg, .offsets = off, .host_ids = pw_host,
+                              .lookup_ids = pw_dev, .check = pw_check, .sync = pw_sync,
+                              .ctx = &px, .out = d_out, .stream = b->st,
+                              .sample_batches = b->pw_sample, .measure_batches = b->pw_batches};
+  int st = emcb_warm_run(&ws, &R->pw);
+  if (st != 0) die_emc("--prewarm", (emc_status)st);
+  if (!R->pw.rows_ok) {
+    fprintf(stderr, "emc-bench-gpu: --prewarm: the warmed cache returned wrong rows\n");
+    b->wrong = 1;
+  }
+  free(h);
+  CU(cudaFree(d));
+  CU(cudaFree(d_out));
+}
+
 static void run_criteo(bench *b, results *R, double scale) {
   uint64_t rows[EMCT_CRITEO_KAGGLE_TABLES], total = 0, off[EMCT_CRITEO_KAGGLE_TABLES + 1];
   const uint32_t nt =
       emct_preset_rows("criteo-kaggle", scale, 0, 0, rows, EMCT_CRITEO_KAGGLE_TABLES);
   for (uint32_t t = 0; t < nt; t++) total += rows[t];
-  const uint64_t stride = slot_stride(ROW_BYTES);
+  const uint64_t stride = emcb_slot_stride(ROW_BYTES);
   size_t cap = (size_t)(CACHE_FRAC * (double)total * (double)stride);
   if (cap < 4 * stride) cap = 4 * stride; /* the library wants room for a row below t2 */
   R->crit_rows = (double)total;
@@ -479,6 +536,7 @@ static void run_criteo(bench *b, results *R, double scale) {
     free(h);
     CU(cudaFree(d));
   }
+  if (b->prewarm) run_prewarm(b, R, s, rows, nt, cap);
   emc_store_destroy(s);
   if (bad) {
     fprintf(stderr, "emc-bench-gpu: criteo paths: %" PRIu64 " wrong rows\n", bad);
@@ -560,11 +618,14 @@ static void run_graph(results *R) {
 
 /* ------------------------------------------------------------------ main */
 static void usage(FILE *f) {
-  fprintf(f, "usage: emc-bench-gpu [--scale F] [--skip-criteo] [--reps N] [--out FILE] [-h]\n"
+  fprintf(f, "usage: emc-bench-gpu [--scale F] [--skip-criteo] [--reps N] [--prewarm] [--out FILE] [-h]\n"
              "  --scale F      criteo-kaggle rows = max(1, round(card * F)) (default 1.0:\n"
              "                 33.8 M rows, 8.6 GB of host memory)\n"
              "  --skip-criteo  run only the hit, miss and graph figures\n"
              "  --reps N       timed repetitions of the hit/miss lookups and copies (default 20)\n"
+             "  --prewarm      figure 7: an empty cache against one warmed with the hot set of\n"
+             "                 the first --prewarm-sample N batches (default 64), on the\n"
+             "                 --prewarm-batches K after them (default 16); needs the Criteo part\n"
              "  --out FILE     append the JSON line to FILE too\n"
              "  -h, --help     this text\n"
              "Exit: 0 ok, 1 wrong rows, 2 embcache or CUDA error, 64 bad usage, 77 no CUDA\n"
@@ -577,11 +638,14 @@ int main(int argc, char **argv) {
                                      {"reps", required_argument, NULL, 'r'},
                                      {"out", required_argument, NULL, 'o'},
                                      {"help", no_argument, NULL, 'h'},
+                                     {"prewarm", no_argument, NULL, 'p'},
+                                     {"prewarm-sample", required_argument, NULL, 'S'},
+                                     {"prewarm-batches", required_argument, NULL, 'B'},
                                      {NULL, 0, NULL, 0}};
   double scale = 1.0;
   int skip_criteo = 0, c;
   const char *out_path = NULL;
-  bench b = {.reps = 20};
+  bench b = {.reps = 20, .pw_sample = 64, .pw_batches = 16};
   char *end = NULL;
   int li = 0;
   opterr = 0;
@@ -596,6 +660,12 @@ int main(int argc, char **argv) {
       b.reps = (unsigned)v;
     } else if (c == 'k') {
       skip_criteo = 1;
+    } else if (c == 'p') {
+      b.prewarm = 1;
+    } else if (c == 'S' || c == 'B') {
+      unsigned long v = strtoul(optarg, &end, 10);
+      if (errno || *end || optarg[0] == '-' || v > 100000 || (c == 'B' && v == 0)) goto bad;
+      *(c == 'S' ? &b.pw_sample : &b.pw_batches) = (size_t)v;
     } else if (c == 'o') {
       out_path = optarg;
     } else if (c == 'h') {
@@ -685,6 +755,12 @@ int main(int argc, char **argv) {
       {"graph_kernel_nodes", R.graph_kernels}, {"graph_memcpy_nodes", R.graph_memcpys},
       {"graph_memset_nodes", R.graph_memsets}};
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) jl_num(&j, nums[i].k, nums[i].v);
+  if (b.prewarm && !skip_criteo) {
+    char wjson[1024];
+    if (emcb_warm_json(&R.pw, wjson, sizeof wjson) < 0) die_emc("--prewarm's JSON", EMC_ENOMEM);
+    jl_key(&j, "prewarm");
+    jl_raw(&j, "%s", wjson);
+  }
   if (R.graph_error[0]) {
     for (char *p = R.graph_error; *p; p++) /* keep the JSON string plain */
       if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '\'';
@@ -717,6 +793,10 @@ int main(int argc, char **argv) {
             R.tp_ids_per_s / R.pt_ids_per_s);
     fprintf(stderr, "%-34s %9.3g ids/s  one stream %.3g ids/s, x%.2f\n", "4 streams, 2048 x 26 ids",
             R.st4_ids_per_s, R.st1_ids_per_s, R.st4_ids_per_s / R.st1_ids_per_s);
+    if (b.prewarm)
+      fprintf(stderr, "%-34s %9.4f        cold %.4f, replayed sample %.4f; %" PRIu64 " rows, plan "
+              "%.2f s, apply %.2f s\n", "prewarm: hit ratio warm, next batches", R.pw.hit_ratio_warm,
+              R.pw.hit_ratio_cold, R.pw.hit_ratio_replay, R.pw.rows, R.pw.plan_s, R.pw.apply_s);
   }
   if (R.graph_nodes >= 0)
     fprintf(stderr, "%-34s %9.0f        %.0f kernels, %.0f memcpys, %.0f memsets\n",

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "per_table.h"
+#include "slot.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -29,7 +30,8 @@ int emcb_pt_init(emcb_pt *p, const uint64_t *rows, uint32_t n_tables, uint32_t d
     return EMC_ENOMEM;
   }
   for (t = 0; t < n_tables; t++) {
-    emc_table_desc d = {NULL, EMC_TABLE_DENSE, rows[t], dim, dtype, EMC_STATE_NONE};
+    emc_table_desc d = {.name = NULL, .kind = EMC_TABLE_DENSE, .rows = rows[t], .dim = dim,
+                        .dtype = dtype}; /* designated: later fields start at 0 */
     emc_status st = emc_store_create(&d, 1, &p->stores[t]);
     if (st == EMC_OK) st = emc_store_fill_uniform(p->stores[t], 0, -1.0f, 1.0f, seed);
     if (st != EMC_OK) {
@@ -51,12 +53,6 @@ void emcb_pt_free(emcb_pt *p) {
   memset(p, 0, sizeof *p);
 }
 
-static size_t stride_of(size_t row_bytes) {
-  if (row_bytes <= 4) return 4;
-  if (row_bytes <= 8) return 8;
-  return (row_bytes + 15u) & ~(size_t)15u;
-}
-
 int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
                 const uint64_t *(*ids)(void *ctx, size_t i), const uint64_t *offsets,
                 size_t row_bytes, size_t warmup, size_t batches, int warm_measured,
@@ -69,7 +65,7 @@ int emcb_pt_run(emcb_pt *p, const emc_cache_config *cfg, size_t capacity,
   uint32_t T = p->n_tables, t;
   emc_cache **caches = calloc(T, sizeof *caches);
   emc_stats *s0 = calloc(T, sizeof *s0);
-  const size_t min_cap = (size_t)ceil((double)stride_of(row_bytes) / (double)cfg->evict_low) + 1;
+  const size_t min_cap = (size_t)ceil((double)emcb_slot_stride(row_bytes) / (double)cfg->evict_low) + 1;
   size_t i;
   int st = 0;
   memset(r, 0, sizeof *r);

@@ -3,6 +3,10 @@
 configuration on stdout, the same lines appended to --out, the fields a reader of the line
 relies on with consistent values; --all-hit really is all hits; -h is --help.
 
+--prewarm: a "prewarm" object on the criteo-kaggle preset (small scale) with its fields, hit
+ratios in [0, 1], the warmed cache hitting at least as often as the cold one on the batches
+after the sample, and the warmed bytes within the budget (t2 * capacity_bytes).
+
 Sizing mode (--mrc, --sweep-batch, --plot): the stack-distance curve at the configured sizes
 equals the exact LRU simulation's hit ratio on the same trace (mrc_lru_hit_ratio_t2/_t1 ==
 lru_hit_ratio_t2/_t1, and the "t2"/"t1" curve lines agree), OPT >= LRU at every size where
@@ -149,6 +153,56 @@ def sizing(binary, d, small):
         check(os.path.getsize(os.path.join(plot_dir, f)) > 1000, f"--plot: {f} is tiny")
 
 
+def prewarm(binary, out):
+    args = ["--scale", "0.01", "--batch", "1024", "--batches", "4", "--warmup", "2",
+            "--no-lru-check", "--no-per-table", "--prewarm", "--prewarm-sample", "16",
+            "--prewarm-batches", "8"]
+    _, objs = run(binary, args, out)
+    check(len(objs) == 1, f"--prewarm gave {len(objs)} lines")
+    if not objs:
+        return
+    o = objs[0]
+    common(o, "prewarm")
+    w = o.get("prewarm")
+    check(isinstance(w, dict), f"--prewarm: no prewarm object ({w!r})")
+    if not isinstance(w, dict):
+        return
+    keys = ("sample_batches", "measure_batches", "sample_keys", "budget_bytes", "plan_rows", "rows",
+            "bytes", "warm_admit_skipped", "warm_evictions", "measure_lookups", "hit_ratio_cold",
+            "hit_ratio_warm", "hit_ratio_replay", "plan_s", "apply_s", "replay_s", "rows_ok")
+    for k in keys:
+        check(k in w, f"--prewarm: field {k} missing")
+    if failures:
+        return
+    for k in ("hit_ratio_cold", "hit_ratio_warm", "hit_ratio_replay"):
+        check(isinstance(w[k], (int, float)) and 0 <= w[k] <= 1, f"--prewarm: {k} = {w[k]!r}")
+    if failures:
+        return
+    check(w["hit_ratio_warm"] >= w["hit_ratio_cold"],
+          f"--prewarm: the warmed cache hits less ({w['hit_ratio_warm']}) than the cold one "
+          f"({w['hit_ratio_cold']}) on the batches after the sample")
+    check(0 < w["bytes"] <= w["budget_bytes"],
+          f"--prewarm: warmed {w['bytes']} bytes, budget {w['budget_bytes']}")
+    check(abs(w["budget_bytes"] - o["t2"] * o["capacity_bytes"]) <= 1 + 1e-6 * o["capacity_bytes"],
+          f"--prewarm: budget {w['budget_bytes']} is not t2 * capacity_bytes")
+    check(w["sample_batches"] == 16 and w["measure_batches"] == 8,
+          f"--prewarm: sample {w['sample_batches']}, measured {w['measure_batches']}")
+    check(w["measure_lookups"] == 8 * o["batch"] * o["tables"],
+          f"--prewarm: {w['measure_lookups']} lookups measured, want 8 batches of {o['batch']} x "
+          f"{o['tables']}")
+    # dense tables: every planned row is admitted, nothing evicted while warming, and the
+    # budget (below the sample's distinct rows here) is what limits the plan
+    check(w["rows"] == w["plan_rows"] and 0 < w["rows"] < w["sample_keys"],
+          f"--prewarm: rows {w['rows']}, plan_rows {w['plan_rows']}, sample_keys {w['sample_keys']}")
+    check(w["warm_evictions"] == 0 and w["warm_admit_skipped"] == 0,
+          f"--prewarm: warming evicted {w['warm_evictions']}, skipped {w['warm_admit_skipped']}")
+    check(w["rows_ok"] is True, "--prewarm: the warmed cache returned wrong rows")
+    check(w["plan_s"] >= 0 and w["apply_s"] >= 0, "--prewarm: negative times")
+    p = subprocess.run([binary, "--prewarm-batches", "0"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 64, f"--prewarm-batches 0: exit {p.returncode}, want 64")
+
+
 def driver_present():
     """Whether an NVIDIA driver could answer here (its device node tree or its library)."""
     if os.path.exists("/proc/driver/nvidia"):
@@ -248,6 +302,7 @@ def main():
                   f"criteo {kb}: the global cache hits less ({o['hit_ratio']}) than per-table "
                   f"caches of the same total budget ({o['per_table_hit_ratio']})")
 
+        prewarm(binary, out)
         sizing(binary, d, small)
         auto_backend(binary, small)
     if len(sys.argv) == 3:
