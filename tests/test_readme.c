@@ -3,6 +3,7 @@
  * If you edit one, edit the other: tests/check_readme.py (a CTest test) compares them.
  */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,56 +33,92 @@ int serve(void) {
 }
 
 /* ---- README: A trainer ---- */
-emc_status train_step(emc_cache *cache, const uint64_t *ids, const uint64_t *offsets,
-                      float *rows, const float *grads, size_t n_floats, float lr);
-/* step: look rows up, update them, write them back through the cache */
-emc_status train_step(emc_cache *cache, const uint64_t *ids, const uint64_t *offsets,
-                      float *rows, const float *grads, size_t n_floats, float lr) {
-  emc_status st = emc_lookup(cache, ids, offsets, rows, NULL);  /* rows: (n, dim) packed */
-  if (st != EMC_OK) return st;
-  for (size_t i = 0; i < n_floats; i++) rows[i] -= lr * grads[i];
-  return emc_insert(cache, ids, offsets, rows, NULL);            /* dirty until evicted */
+emc_status train_step(emc_cache *cache, const emc_optimizer *opt,
+                      const uint64_t *ids, const uint64_t *offsets,
+                      const uint64_t *next_ids, const uint64_t *next_offsets,
+                      float *rows, float *grads, void (*model)(const float *, float *));
+/* one step of the pipeline: batch i+1 made resident (and pinned) while batch i trains */
+emc_status train_step(emc_cache *cache, const emc_optimizer *opt,
+                      const uint64_t *ids, const uint64_t *offsets,            /* batch i */
+                      const uint64_t *next_ids, const uint64_t *next_offsets,  /* batch i+1 */
+                      float *rows, float *grads, void (*model)(const float *, float *)) {
+  emc_status st = emc_prefetch(cache, next_ids, next_offsets, NULL);
+  if (st != EMC_OK && st != EMC_ECAPACITY) return st;  /* ECAPACITY: some rows left unpinned */
+  if ((st = emc_lookup(cache, ids, offsets, rows, NULL)) != EMC_OK) return st;  /* all hits */
+  model(rows, grads);                 /* forward, backward: d loss / d row, f32, packed like rows */
+  return emc_apply_gradients(cache, ids, offsets, grads, opt, NULL);  /* rows stay in the cache */
 }
-/* ... at a checkpoint: emc_flush(cache, NULL); emc_store_save(store, "ckpt.emc"); */
+/* setup:      emc_optimizer opt; emc_optimizer_init(&opt); opt.lr = 0.05f;
+ *             (row-wise Adagrad: opt.kind = EMC_OPT_ROWWISE_ADAGRAD, tables created with
+ *             .state = EMC_STATE_ADAGRAD: the accumulator lives beside each row)
+ * checkpoint: emc_flush(cache, NULL); emc_store_save(store, "ckpt.emc"); */
 /* ---- end of README snippets ---- */
 
 START_TEST(inference_snippet_runs) { ck_assert_int_eq(serve(), 0); }
 END_TEST
 
-/* The trainer snippet, run for a few steps against a plain reference of the same updates. */
+/* The trainer snippet, run for a few hundred steps against a plain reference of the same
+ * updates: a toy model whose gradient is (row - target) / 8 per element. */
+enum { T_ROWS = 5000, T_DIM = 8, T_N = 64, T_STEPS = 200 };
+static void toy_model(const float *rows, float *grads) {
+  int i;
+  for (i = 0; i < T_N * T_DIM; i++) grads[i] = (rows[i] - (float)(i % 5)) * 0.125f;
+}
+
+static void next_batch(uint64_t *ids, uint64_t *seed) {
+  int i;
+  for (i = 0; i < T_N; i++) /* a skewed batch: duplicates and a hot set */
+    ids[i] = ((*seed = *seed * 6364136223846793005ull + 1442695040888963407ull) >> 33) %
+             (i % 2 ? 300u : (unsigned)T_ROWS);
+}
+
 START_TEST(trainer_snippet_matches_reference) {
-  enum { ROWS = 5000, DIM = 8, N = 64, STEPS = 200 };
-  emc_table_desc td = {"emb", EMC_TABLE_DENSE, ROWS, DIM, EMC_DTYPE_F32, EMC_STATE_NONE};
+  emc_table_desc td = {"emb", EMC_TABLE_DENSE, T_ROWS, T_DIM, EMC_DTYPE_F32, EMC_STATE_NONE};
   emc_store *store;
   emc_cache *cache;
   emc_cache_config cfg;
-  float *ref = calloc((size_t)ROWS * DIM, sizeof *ref), rows[N * DIM], grads[N * DIM], got[DIM];
-  uint64_t ids[N], offsets[2] = {0, N}, seed = 99;
-  int step, i, j;
+  emc_optimizer opt;
+  float *ref = calloc((size_t)T_ROWS * T_DIM, sizeof *ref), rows[T_N * T_DIM], grads[T_N * T_DIM];
+  float want[T_N * T_DIM], got[T_DIM];
+  uint64_t batch[2][T_N], offsets[2] = {0, T_N}, seed = 99;
+  int step, i, j, k;
   ck_assert_int_eq(emc_store_create(&td, 1, &store), EMC_OK);
   ck_assert_int_eq(emc_store_fill_uniform(store, 0, -1, 1, 5), EMC_OK);
-  for (i = 0; i < ROWS; i++)
-    ck_assert_int_eq(emc_uniform_row(5, 0, (uint64_t)i, -1, 1, DIM, EMC_DTYPE_F32, ref + i * DIM), EMC_OK);
+  for (i = 0; i < T_ROWS; i++)
+    ck_assert_int_eq(emc_uniform_row(5, 0, (uint64_t)i, -1, 1, T_DIM, EMC_DTYPE_F32, ref + i * T_DIM), EMC_OK);
   emc_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 40000; /* far fewer rows than the table: evictions write rows back */
   ck_assert_int_eq(emc_cache_create(store, &cfg, &cache), EMC_OK);
-  for (step = 0; step < STEPS; step++) {
-    for (i = 0; i < N; i++)
-      ids[i] = ((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33) % ROWS;
-    for (i = 0; i < N * DIM; i++) grads[i] = (float)((i * 7 + step) % 13) / 13.0f;
-    ck_assert_int_eq(train_step(cache, ids, offsets, rows, grads, N * DIM, 0.1f), EMC_OK);
-    /* the reference: each position reads the row as it was before the step; duplicates:
-     * the last position's update wins, as emc_insert documents */
-    for (i = 0; i < N; i++)
-      for (j = 0; j < DIM; j++) ck_assert_float_eq(rows[i * DIM + j], ref[ids[i] * DIM + j] - 0.1f * grads[i * DIM + j]);
-    for (i = 0; i < N; i++) memcpy(ref + ids[i] * DIM, rows + i * DIM, sizeof(float) * DIM);
+  emc_optimizer_init(&opt);
+  opt.lr = 0.05f;
+  next_batch(batch[0], &seed);
+  for (step = 0; step < T_STEPS; step++) {
+    const uint64_t *ids = batch[step & 1];
+    next_batch(batch[(step + 1) & 1], &seed);
+    ck_assert_int_eq(train_step(cache, &opt, ids, offsets, batch[(step + 1) & 1], offsets, rows,
+                                grads, toy_model),
+                     EMC_OK);
+    /* the reference: the rows before the step, then per distinct id the gradients of its
+     * positions summed in position order and w = fmaf(-lr, g, w) */
+    for (i = 0; i < T_N; i++) memcpy(want + i * T_DIM, ref + ids[i] * T_DIM, sizeof got);
+    ck_assert_msg(memcmp(rows, want, sizeof rows) == 0, "step %d: a looked-up row differs", step);
+    for (i = 0; i < T_N; i++) {
+      float g[T_DIM];
+      for (k = 0; k < i && ids[k] != ids[i]; k++) {}
+      if (k < i) continue; /* not the first occurrence */
+      memcpy(g, grads + i * T_DIM, sizeof g);
+      for (k = i + 1; k < T_N; k++)
+        if (ids[k] == ids[i])
+          for (j = 0; j < T_DIM; j++) g[j] = g[j] + grads[k * T_DIM + j];
+      for (j = 0; j < T_DIM; j++) ref[ids[i] * T_DIM + j] = fmaf(-opt.lr, g[j], ref[ids[i] * T_DIM + j]);
+    }
   }
   ck_assert_int_eq(emc_flush(cache, NULL), EMC_OK);
-  for (i = 0; i < ROWS; i++) {
+  for (i = 0; i < T_ROWS; i++) {
     uint64_t id = (uint64_t)i;
     ck_assert_int_eq(emc_store_read(store, 0, &id, 1, got), EMC_OK);
-    ck_assert_msg(memcmp(got, ref + i * DIM, sizeof got) == 0, "row %d differs after flush", i);
+    ck_assert_msg(memcmp(got, ref + i * T_DIM, sizeof got) == 0, "row %d differs after flush", i);
   }
   ck_assert_int_eq(emc_cache_destroy(cache), EMC_OK);
   emc_store_destroy(store);
