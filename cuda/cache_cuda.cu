@@ -249,7 +249,9 @@ static emc_status grow_slot(emc__cuda_cache *k, emc__scratch *S, uint64_t n, siz
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (e != cudaSuccess) {
     if (!S->mem) memset(&S->C, 0, sizeof S->C);
-    return emc__cuda_fail(e, "scratch buffers");
+    char what[96];
+    snprintf(what, sizeof what, "cudaMallocAsync of %zu bytes of scratch buffers", total);
+    return emc__cuda_fail(e, what);
   }
   return EMC_OK;
 }

@@ -335,6 +335,10 @@ extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, cons
   const char *what = "";
   EMC_TRY(begin(&tc, c, ids, offsets, NULL, NULL, stream));
   tc.blocking = !tc.ids_dev;
+  if (tc.blocking && tc.capturing) {
+    pthread_mutex_unlock(&k->lock);
+    return EMC_FAIL(EMC_EINVAL, "a captured emc_prefetch takes device ids");
+  }
   zero = (uint64_t *)calloc(k->n_tables, 8);
   if (!zero) {
     status = EMC_FAIL(EMC_ENOMEM, "offsets of %u tables", k->n_tables);

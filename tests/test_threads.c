@@ -34,13 +34,9 @@
  * is not thread-safe): they record the first failure and stop; the main thread asserts.
  * Work is bounded by iteration counts, scaled down under sanitizers (emct_scale).
  *
- * Known library failure these tests hit (most often under ASan/TSan, whose slower passes widen
- * the window): evict_pass (lib/cache_host.c) computes min_stamp in scan 1, then indexes
- * h->hist[(st - min_stamp) / width] in scan 2 with stamps re-read from the slots. A lookup
- * whose clock value `now` is older than every stamp scan 1 saw can store that value into a
- * hit slot's stamp in between (copy_row stores `now` unconditionally), so st < min_stamp,
- * the subtraction wraps and the histogram is read and written far out of bounds (ASan:
- * heap-buffer-overflow / SEGV at the hist line of evict_pass).
+ * History: these tests found a race in an earlier eviction pass (a lookup's stamp older than
+ * every stamp the pass's first scan saw sent its histogram index out of bounds); stamps are
+ * now ages clamped by the writer (lib/emc_item.h, "LRU stamps"), which no lookup can undercut.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
