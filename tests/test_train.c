@@ -1116,7 +1116,7 @@ static void *th_trainer(void *arg) {
       snprintf(msg, sizeof msg, "prefetch: %s", emc_status_name(st));
       th_fail(w, msg);
     }
-    for (p = 0; p < cur->n * 16; p++) cur->grads[p] = 1.0f;
+    for (p = 0; p < cur->grad_floats; p++) cur->grads[p] = 1.0f;
     for (t = 0; t < m->n; t++)
       for (p = cur->offsets[t]; p < cur->offsets[t + 1]; p++)
         __atomic_fetch_add(&sh->started[t][cur->ranks[p]], 1, __ATOMIC_RELEASE);
