@@ -160,4 +160,22 @@ int emcb_train_json(const emcb_train_result *r, char *buf, size_t len);
 /* One human-readable line about r to f, each line prefixed with `who` ("emc-bench"). */
 void emcb_train_print(FILE *f, const char *who, const emcb_train_result *r);
 
+/* ------------------------------------------------------------------ the GPU figure */
+/* emc-bench-gpu --train (train_gpu.c, linked into emc-bench-gpu only): the step above on a CUDA
+ * cache over the criteo-kaggle store at `scale`, ids, out, grads and where in device memory,
+ * offsets on the host; step time from CUDA events, host synchronisations counted, one step
+ * captured into a CUDA graph and replayed. Prints one JSON line to stdout (and to out_file
+ * when not NULL) and a human summary to stderr. Returns the bench's exit status: 0, 1 (a
+ * check failed), 2 (an emc_* or CUDA call failed). The device must have answered already. */
+typedef struct emcb_train_gpu_opts {
+  double scale;            /* criteo-kaggle rows = max(1, round(card * scale)) */
+  size_t batch;            /* samples per batch (one id per table each) */
+  size_t warmup, steps;    /* warm-up and measured steps */
+  uint32_t prefetch_depth; /* cfg.prefetch_depth */
+  double cache_frac;       /* capacity = cache_frac * the store's rows at the slot stride */
+  unsigned graph_reps;     /* replays of the captured step */
+} emcb_train_gpu_opts;
+
+int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file);
+
 #endif /* EMC_BENCH_TRAIN_H */
