@@ -287,7 +287,9 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
   emc_stats s0, s1;
   emc_optimizer opt;
   emc_cache_config cfg;
-  uint64_t hits = 0, present = 0, flush_capacity = 0, syncs_in_loop = 0;
+  uint64_t hits = 0, present = 0, syncs_in_loop = 0;
+  emc_status flush_st = EMC_OK;
+  char flush_detail[256] = "";
   double loop_enqueue_s = 0, loop_wall_s = 0, step_med = NAN, step_p90 = NAN, step_mean = NAN,
          device_s = NAN;
   int rc = 0, leave_cache = 0;
@@ -406,11 +408,17 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
   step_med = pct(us, o->steps, 0.5);
   step_p90 = pct(us, o->steps, 0.9);
   CUT(host_sync(SYNC_DEVICE, NULL, NULL, NULL, 0, cudaMemcpyDefault));
-  { /* an asynchronous prefetch's EMC_ECAPACITY comes back from the next prefetch or flush
-     * (and is counted in stats.pin_shortfall); flush waits for the writer stream too */
-    emc_status fs = emc_flush(c, g.st);
-    if (fs == EMC_ECAPACITY) flush_capacity++;
-    else if (fs != EMC_OK) EMT("emc_flush", fs);
+  { /* what the asynchronous calls met comes back from emc_flush (which waits for the writer
+     * stream too): EMC_ECAPACITY for rows a prefetch could not pin (also counted in
+     * stats.pin_shortfall) or a gradient batch refused on the device, EMC_ERANGE for a refused
+     * call; the detail names them all. Reported, not fatal. */
+    flush_st = emc_flush(c, g.st);
+    if (flush_st == EMC_ECUDA || flush_st == EMC_EINVAL) EMT("emc_flush", flush_st);
+    if (flush_st != EMC_OK) {
+      snprintf(flush_detail, sizeof flush_detail, "%s", emc_last_error_detail());
+      for (char *p = flush_detail; *p; p++) /* keep the JSON string plain */
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '\'';
+    }
   }
   EMT("emc_get_stats", emc_get_stats(c, &s1));
   CUT(host_sync(SYNC_MEMCPY, NULL, h_where, d_where, o->steps * per, cudaMemcpyDeviceToHost));
@@ -435,8 +443,7 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
   /* ---- report */
   {
     const double hit_ratio = present ? (double)hits / (double)present : NAN;
-    const uint64_t cap_errors = tw.prefetch_capacity_errors + tm.prefetch_capacity_errors +
-                                flush_capacity;
+    const uint64_t cap_errors = tw.prefetch_capacity_errors + tm.prefetch_capacity_errors;
     struct cudaDeviceProp prop;
     jline j, t;
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) snprintf(prop.name, sizeof prop.name, "?");
@@ -465,7 +472,9 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
     jl_u64(&t, "lookups_present", present);
     jl_u64(&t, "lookup_hits", hits);
     jl_u64(&t, "prefetch_calls", tw.prefetches + tm.prefetches);
-    jl_u64(&t, "prefetch_capacity_errors", cap_errors);
+    jl_u64(&t, "prefetch_capacity_errors", cap_errors); /* prefetch calls that returned it */
+    jl_str(&t, "flush_status", emc_status_name(flush_st)); /* what the loop's calls met */
+    if (flush_detail[0]) jl_str(&t, "flush_detail", flush_detail);
     jl_u64(&t, "pin_shortfall", s1.pin_shortfall);
     jl_u64(&t, "apply_refused", tw.apply_refused + tm.apply_refused);
     jl_u64(&t, "prefetched", s1.prefetched - s0.prefetched);
@@ -504,10 +513,12 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
 
     fprintf(stderr, "emc-bench-gpu: --train on %s: %zu steps of %zu x %u ids, prefetch depth %u: "
             "step %.1f us median, %.1f us p90 (%.3g steps/s); %" PRIu64 " host syncs in the "
-            "loop; hit ratio after prefetch %.4f; prefetch EMC_ECAPACITY %" PRIu64
-            ", pin shortfall %" PRIu64 "\n", prop.name, o->steps, o->batch, nt,
-            o->prefetch_depth, step_med, step_p90, (double)o->steps / device_s, syncs_in_loop,
-            hit_ratio, cap_errors, s1.pin_shortfall);
+            "loop (enqueue %.1f us per step); hit ratio after prefetch %.4f; prefetch "
+            "EMC_ECAPACITY %" PRIu64 ", pin shortfall %" PRIu64 "; emc_flush after the loop: %s%s%s\n",
+            prop.name, o->steps, o->batch, nt, o->prefetch_depth, step_med, step_p90,
+            (double)o->steps / device_s, syncs_in_loop, loop_enqueue_s * 1e6 / (double)o->steps,
+            hit_ratio, cap_errors, s1.pin_shortfall, emc_status_name(flush_st),
+            flush_detail[0] ? ": " : "", flush_detail);
     if (gr.captured)
       fprintf(stderr, "emc-bench-gpu: --train: one step captured into a CUDA graph (%s mode, %.0f "
               "nodes), replayed: %.1f us median%s%s\n", gr.mode, gr.nodes, gr.step_us_median,
