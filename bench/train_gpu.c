@@ -4,10 +4,13 @@
  * Memory spaces, as embcache.h's "CUDA backend" section asks for the fast path: ids (the whole
  * trace, uploaded once before the run), out, grads and where in device memory; offsets a host
  * array (device offsets would cost a copy to the host and a wait on the stream). The header's
- * promises for device buffers: emc_lookup "returns without waiting for the device unless a
- * host buffer has to be filled"; emc_prefetch is "asynchronous on stream"; emc_apply_gradients
- * "with device buffers asynchronous on stream: no host wait, no host copy of the ids". So a
- * step only enqueues work: the library makes no host synchronisation in it.
+ * promises for device buffers: "Training calls and emc_insert (see "training") make no host
+ * round trip with device buffers"; a lookup "returns without waiting for the device unless a
+ * host buffer has to be filled"; emc_apply_gradients "with device buffers asynchronous on
+ * stream: no host wait, no host copy of the ids". The one wait it documents, "the first
+ * prefetch of a larger batch than any before grows the pin lists (one wait for the writer
+ * stream)", is the prologue's prefetch here (every batch has the same size), before the
+ * measured loop. So a measured step only enqueues work.
  *
  * One step, as a trainer runs it (train.h's emcb_train_step):
  *   fork:     event on the training stream; the prefetch stream waits for it
@@ -26,11 +29,14 @@
  * cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize and blocking cudaMemcpy in
  * this file goes through host_sync(), which counts it (none is called in the loop, so the
  * figure is 0 by construction; it is there so a change that adds one shows). The library's
- * side is checked, not assumed: one step is captured into a CUDA graph (global capture mode
- * first: a synchronising or otherwise capture-unsafe call from any thread invalidates the
- * capture; relaxed mode, which tolerates capture-unsafe calls that are not synchronisations
- * of the captured streams, if global fails) and replayed; a step that synchronised could not
- * be captured.
+ * side is checked, not assumed, two ways. One step is captured into a CUDA graph (global
+ * capture mode first: synchronising a captured stream or the device, a synchronous copy, or
+ * another capture-unsafe call invalidates the capture; relaxed mode, which tolerates the
+ * capture-unsafe calls that do not synchronise the captured streams, if global fails) and
+ * replayed; the library knows when it is captured (cudaStreamIsCapturing), so this covers its
+ * captured path. For the uncaptured loop: the host time to enqueue the steps
+ * (enqueue_us_per_step) against the device time per step: a host that waited for the device
+ * could not run ahead of it.
  */
 #define _POSIX_C_SOURCE 200809L
 
