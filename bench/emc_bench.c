@@ -39,6 +39,7 @@
 #include "sizing.h"
 #include "slot.h"
 #include "trace.h"
+#include "train.h"
 #include "warmup.h"
 
 #define EXIT_WRONG 1
@@ -71,6 +72,8 @@ typedef struct bench_opts {
   int all_hit;              /* size and warm the cache so every measured lookup hits */
   int lru_check;            /* run the exact LRU simulator too */
   int per_table;            /* also run the per-table-cache baseline (-1: criteo-kaggle only) */
+  int train;                /* --train: training steps through a cache vs without (train.c) */
+  uint32_t prefetch_depth;  /* --train: cfg.prefetch_depth */
   const char *out;          /* also append JSON lines here; NULL for none */
   double batch_sizes[MAX_SWEEP]; /* --sweep-batch: samples per batch to run (default: batch) */
   size_t n_batch_sizes;
@@ -108,6 +111,11 @@ static void usage(FILE *f) {
       "  --lru-check / --no-lru-check   exact LRU at t2*capacity and t1*capacity (default on)\n"
       "  --per-table / --no-per-table   also run one cache per table, the budget split by\n"
       "                       table size, on the same batches (default: on for criteo-kaggle)\n"
+      "  --train              per configuration, also train: --warmup then --batches steps of\n"
+      "                       prefetch(i+1) -> lookup(i) -> synthetic backward -> SGD apply(i)\n"
+      "                       through a cache on a copy of the store, and the same steps\n"
+      "                       without a cache (gather + SGD on another copy); JSON: \"train\"\n"
+      "  --prefetch-depth D   --train: pins live through D more prefetches (default 1; 0..14)\n"
       "  --sweep-batch b,c,.. one trace (and configuration set) per batch size\n"
       "  --mrc                sizing: exact LRU hit ratio over every cache size (stack\n"
       "                       distances) and Belady's OPT at the configured sizes, as JSON lines\n"
@@ -177,6 +185,9 @@ enum {
   OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES
 };
 
+/* --train's options (train.c), numbered apart from the list above */
+enum { OPT_TRAIN = 0x1000, OPT_PREFETCH_DEPTH };
+
 /* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
 static int parse_args(int argc, char **argv, bench_opts *o) {
   static const struct option longopts[] = {
@@ -204,6 +215,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"no-lru-check", no_argument, NULL, OPT_NO_LRU},
       {"out", required_argument, NULL, OPT_OUT},
       {"help", no_argument, NULL, OPT_HELP},
+      {"train", no_argument, NULL, OPT_TRAIN},
+      {"prefetch-depth", required_argument, NULL, OPT_PREFETCH_DEPTH},
       {"per-table", no_argument, NULL, OPT_PER_TABLE},
       {"no-per-table", no_argument, NULL, OPT_NO_PER_TABLE},
       {"sweep-batch", required_argument, NULL, OPT_SWEEP_BATCH},
@@ -237,6 +250,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   o->seed = 1;
   o->lru_check = 1;
   o->per_table = -1;
+  o->prefetch_depth = 1;
   o->mrc_points = 60;
   o->mrc_opt_points = 8;
   o->prewarm_sample = 64;
@@ -335,6 +349,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_LRU: o->lru_check = 1; break;
       case OPT_NO_LRU: o->lru_check = 0; break;
       case OPT_OUT: o->out = a; break;
+      case OPT_TRAIN: o->train = 1; break;
+      case OPT_PREFETCH_DEPTH:
+        if (parse_u64(a, &u) != 0 || u > 14) goto bad;
+        o->prefetch_depth = (uint32_t)u;
+        break;
       case OPT_SWEEP_BATCH:
         if (parse_list(a, o->batch_sizes, &o->n_batch_sizes) != 0) goto bad;
         for (size_t i = 0; i < o->n_batch_sizes; i++)
@@ -372,8 +391,9 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
     }
     continue;
   bad:
-    fprintf(stderr, "emc-bench: bad value '%s' for --%s\n", a,
-            longopts[c - OPT_PRESET].name);
+    for (size_t k = 0; longopts[k].name; k++)
+      if (longopts[k].val == c) fprintf(stderr, "emc-bench: bad value '%s' for --%s\n", a,
+                                        longopts[k].name);
     return -1;
   }
   if (optind < argc) {
@@ -488,6 +508,7 @@ typedef struct bench_ctx {
   emct_dedup dedup;
   FILE *out_file;
   emcb_pt pt;              /* per-table baseline stores (o->per_table) */
+  emcb_train train;        /* --train: the stores trained with and without a cache */
   FILE *plot_file;         /* --plot: DIR/emc-bench.jsonl */
   uint64_t *key_base;      /* n_tables: the sizing key of (t, id) is key_base[t] + id */
   emct_mrc mrc;            /* --mrc: the current trace's curve (valid while have_mrc) */
@@ -767,6 +788,20 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   emc_stats gauges = s1;
   EMC_CHECK("emc_cache_destroy", emc_cache_destroy(cache));
 
+  /* ---- --train: training steps through a cache and without one, same batches (train.c) */
+  emcb_train_result tres;
+  char tjson[2048];
+  if (o->train) {
+    const emcb_train_args ta = {.cfg = &cfg, .prefetch_depth = o->prefetch_depth, .lr = 0.01f,
+                                .ids = pt_ids, .ctx = b, .offsets = b->offsets,
+                                .batch = o->batch, .n_batches = b->n_batches,
+                                .warmup = o->warmup, .steps = o->batches};
+    int tst = emcb_train_run(&b->train, &ta, &tres);
+    if (tst != 0) die_emc("--train", (emc_status)tst);
+    if (!tres.stores_equal) wrong = 1;
+    if (emcb_train_json(&tres, tjson, sizeof tjson) < 0) die_emc("--train's JSON", EMC_ENOMEM);
+  }
+
   /* ---- the per-table baseline: one cache per table, the same budget split by table size */
   emcb_pt_result pt;
   memset(&pt, 0, sizeof pt);
@@ -882,6 +917,10 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "gather_seconds", t_gather);
   jl_num(&j, "gather_lookups_per_s", glps);
   jl_num(&j, "ratio_vs_gather", lps / glps);
+  if (o->train) {
+    jl_key(&j, "train");
+    jl_raw(&j, "%s", tjson);
+  }
   if (o->per_table) {
     jl_num(&j, "per_table_hit_ratio", pt.hit_ratio);
     jl_num(&j, "per_table_hit_ratio_distinct", pt.hit_ratio_distinct);
@@ -905,6 +944,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
             plru_t2, plru_t1);
   fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f\n", lps,
           lps * (double)b->row_bytes / 1e9, glps, lps / glps);
+  if (o->train) emcb_train_print(stderr, "emc-bench", &tres);
   if (o->per_table)
     fprintf(stderr, "emc-bench:   per-table caches: hit %.4f, %.3g lookups/s (global x%.2f)\n",
             pt.hit_ratio, pt.lookups_per_s, lps / pt.lookups_per_s);
@@ -979,6 +1019,10 @@ int main(int argc, char **argv) {
   if (o.per_table) {
     int pst = emcb_pt_init(&b.pt, b.rows, b.n_tables, o.dim, o.dtype, o.seed);
     if (pst != 0) die_emc("per-table stores", (emc_status)pst);
+  }
+  if (o.train) {
+    int tst = emcb_train_init(&b.train, b.rows, b.n_tables, o.dim, o.dtype, o.seed);
+    if (tst != 0) die_emc("--train's stores", (emc_status)tst);
   }
   fprintf(stderr, "emc-bench: store ready in %.2f s\n", now_s() - t0);
 
@@ -1082,6 +1126,7 @@ int main(int argc, char **argv) {
   free(b.rows);
   emc_store_destroy(b.store);
   emcb_pt_free(&b.pt);
+  if (o.train) emcb_train_free(&b.train);
   if (b.out_file) fclose(b.out_file);
   return rc;
 }

@@ -42,6 +42,7 @@
 #include "per_table.h"
 #include "slot.h"
 #include "trace.h"
+#include "train.h"
 #include "warmup.h"
 
 #define EXIT_WRONG 1
@@ -622,6 +623,12 @@ static void usage(FILE *f) {
              "  --scale F      criteo-kaggle rows = max(1, round(card * F)) (default 1.0:\n"
              "                 33.8 M rows, 8.6 GB of host memory)\n"
              "  --skip-criteo  run only the hit, miss and graph figures\n"
+             "  --train        instead of the figures above: training steps (prefetch(i+1) ->\n"
+             "                 lookup(i) -> backward -> SGD apply(i), device buffers) on the\n"
+             "                 Criteo store at --scale: step time (CUDA events), host syncs per\n"
+             "                 step, one step captured into a CUDA graph and replayed --reps times\n"
+             "  --train-steps N --train-warmup W --train-batch B   (default 50, 10, 16384)\n"
+             "  --prefetch-depth D  --train: cfg.prefetch_depth (default 1; 0..14)\n"
              "  --reps N       timed repetitions of the hit/miss lookups and copies (default 20)\n"
              "  --prewarm      figure 7: an empty cache against one warmed with the hot set of\n"
              "                 the first --prewarm-sample N batches (default 64), on the\n"
@@ -635,6 +642,11 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   static const struct option lo[] = {{"scale", required_argument, NULL, 's'},
                                      {"skip-criteo", no_argument, NULL, 'k'},
+                                     {"train", no_argument, NULL, 'T'},
+                                     {"train-steps", required_argument, NULL, 'N'},
+                                     {"train-warmup", required_argument, NULL, 'W'},
+                                     {"train-batch", required_argument, NULL, 'Z'},
+                                     {"prefetch-depth", required_argument, NULL, 'D'},
                                      {"reps", required_argument, NULL, 'r'},
                                      {"out", required_argument, NULL, 'o'},
                                      {"help", no_argument, NULL, 'h'},
@@ -643,7 +655,9 @@ int main(int argc, char **argv) {
                                      {"prewarm-batches", required_argument, NULL, 'B'},
                                      {NULL, 0, NULL, 0}};
   double scale = 1.0;
-  int skip_criteo = 0, c;
+  int skip_criteo = 0, c, train = 0;
+  emcb_train_gpu_opts to = {.scale = 1.0, .batch = 16384, .warmup = 10, .steps = 50,
+                            .prefetch_depth = 1, .cache_frac = CACHE_FRAC, .graph_reps = 20};
   const char *out_path = NULL;
   bench b = {.reps = 20, .pw_sample = 64, .pw_batches = 16};
   char *end = NULL;
@@ -654,6 +668,17 @@ int main(int argc, char **argv) {
     if (c == 's') {
       scale = strtod(optarg, &end);
       if (errno || *end || !(scale > 0) || !isfinite(scale)) goto bad;
+    } else if (c == 'T') {
+      train = 1;
+    } else if (c == 'N' || c == 'W' || c == 'Z' || c == 'D') { /* --train's numbers */
+      unsigned long v = strtoul(optarg, &end, 10);
+      if (errno || *end || optarg[0] == '-' || v > (c == 'D' ? 14ul : 1ul << 24) ||
+          (v == 0 && c != 'W' && c != 'D'))
+        goto bad;
+      if (c == 'N') to.steps = v;
+      else if (c == 'W') to.warmup = v;
+      else if (c == 'Z') to.batch = v;
+      else to.prefetch_depth = (uint32_t)v;
     } else if (c == 'r') {
       unsigned long v = strtoul(optarg, &end, 10);
       if (errno || *end || optarg[0] == '-' || v == 0 || v > 100000) goto bad;
@@ -708,6 +733,13 @@ int main(int argc, char **argv) {
   CU(cudaEventCreate(&b.e1));
   fprintf(stderr, "emc-bench-gpu: %s, embcache %s, %u reps\n", prop.name, emc_version_string(),
           b.reps);
+  if (train) { /* --train: the training figure only (train_gpu.c) */
+    to.scale = scale;
+    to.graph_reps = b.reps;
+    int trc = emcb_train_gpu_main(&to, out_file);
+    if (out_file) fclose(out_file);
+    return trc;
+  }
 
   results R;
   memset(&R, 0, sizeof R);

@@ -14,6 +14,14 @@ OPT is computed, both curves are monotone and end at 1 - cold_misses / accesses,
 batch size, and --plot writes valid PNG files (signature checked). The PNG part is skipped,
 saying so, only when matplotlib cannot be imported (make deps installs it).
 
+Training (--train): every configuration line carries a "train" object (the steps prefetch(i+1)
+-> lookup(i) -> backward -> apply(i) through a cache, and the same steps without one, in the
+same run): its keys, 0 <= hit_ratio_after_prefetch <= 1, steps/s > 0, speedup = the ratio of
+the two rates; where the prefetch window fitted (pin_shortfall == 0) every present position of
+every measured lookup hit (hit_ratio_after_prefetch == 1.0), and where it did not the prefetch
+said so (EMC_ECAPACITY counted); the store trained through the cache equals, bitwise, the one
+trained directly (f32 and f16). A bad --prefetch-depth is a usage error.
+
 What a new user trips over: --backend auto says which backend it picked and why
 (backend_reason, and a stderr line); with EMC_BENCH_GPU given, emc-bench-gpu -h works and,
 with no device visible (CUDA_VISIBLE_DEVICES=""), it exits 77 saying why ("no NVIDIA driver
@@ -203,6 +211,73 @@ def prewarm(binary, out):
     check(p.returncode == 64, f"--prewarm-batches 0: exit {p.returncode}, want 64")
 
 
+TRAIN_KEYS = ("steps", "steps_per_s", "baseline_steps_per_s", "speedup",
+              "hit_ratio_after_prefetch", "prefetch_capacity_errors", "pin_shortfall",
+              "prefetch_depth", "batch", "warmup_steps", "lookups", "lookups_present",
+              "lookup_hits", "prefetch_calls", "gradient_rows", "prefetched", "apply_refused",
+              "rows_compared", "rows_differ", "stores_equal")
+
+
+def train(binary, d, small):
+    out = os.path.join(d, "train.jsonl")
+    # a cache too small for the prefetch window (0.005: pins fall short, EMC_ECAPACITY) and
+    # one that holds it (0.1)
+    _, objs = run(binary, small + ["--no-lru-check", "--train", "--sweep-cache", "0.005,0.1"],
+                  out)
+    _, f16 = run(binary, small + ["--no-lru-check", "--train", "--dtype", "f16",
+                                  "--prefetch-depth", "2"], out)
+    check(len(objs) == 2 and len(f16) == 1, f"--train gave {len(objs)} + {len(f16)} lines")
+    fitted = 0
+    for o in objs + f16:
+        what = f"train, frac {o.get('cache_frac')}, {o.get('dtype')}"
+        common(o, what)
+        t = o.get("train")
+        check(isinstance(t, dict), f"{what}: no train object")
+        if not isinstance(t, dict):
+            continue
+        missing = [k for k in TRAIN_KEYS if k not in t]
+        check(not missing, f"{what}: train keys missing: {missing}")
+        if missing:
+            continue
+        check(t["steps"] == o["batches"] and t["warmup_steps"] == o["warmup"] and
+              t["batch"] == o["batch"], f"{what}: steps/warm-up/batch {t['steps']}, "
+              f"{t['warmup_steps']}, {t['batch']} not the bench's")
+        check(t["prefetch_depth"] == (2 if o["dtype"] == "f16" else 1),
+              f"{what}: prefetch_depth {t['prefetch_depth']}")
+        h = t["hit_ratio_after_prefetch"]
+        check(h is not None and 0 <= h <= 1, f"{what}: hit_ratio_after_prefetch {h}")
+        check(t["steps_per_s"] > 0 and t["baseline_steps_per_s"] > 0,
+              f"{what}: steps/s {t['steps_per_s']}, baseline {t['baseline_steps_per_s']}")
+        check(abs(t["speedup"] - t["steps_per_s"] / t["baseline_steps_per_s"]) <=
+              1e-4 * t["speedup"], f"{what}: speedup {t['speedup']} is not the ratio")
+        check(t["lookups"] == o["lookups"] and t["lookups_present"] == t["lookups"],
+              f"{what}: lookups {t['lookups']}, present {t['lookups_present']} (dense tables)")
+        check(t["prefetch_calls"] == o["warmup"] + o["batches"] + 1,
+              f"{what}: {t['prefetch_calls']} prefetch calls (a prologue + one per step)")
+        # host backend: a prefetch whose rows did not all get pinned says so at once
+        check((t["pin_shortfall"] > 0) == (t["prefetch_capacity_errors"] > 0),
+              f"{what}: pin_shortfall {t['pin_shortfall']} but {t['prefetch_capacity_errors']} "
+              "EMC_ECAPACITY prefetches")
+        if t["pin_shortfall"] == 0:
+            fitted += 1
+            check(h == 1.0 and t["lookup_hits"] == t["lookups_present"],
+                  f"{what}: the prefetch window fitted (pin_shortfall 0) but the lookups after "
+                  f"it hit {t['lookup_hits']} of {t['lookups_present']}")
+            check(t["gradient_rows"] > 0 and t["apply_refused"] == 0,
+                  f"{what}: gradient_rows {t['gradient_rows']}, apply_refused {t['apply_refused']}")
+        check(t["stores_equal"] is True and t["rows_differ"] == 0 and
+              t["rows_compared"] == o["total_rows"],
+              f"{what}: the cache-trained store differs from the directly trained one in "
+              f"{t['rows_differ']} of {t['rows_compared']} rows")
+    check(fitted >= 2, f"--train: only {fitted} configurations had a fitting prefetch window")
+    check(any(o.get("train", {}).get("pin_shortfall", 0) > 0 for o in objs),
+          "--train --cache-frac 0.005: expected the prefetch window not to fit")
+    p = subprocess.run([binary, "--train", "--prefetch-depth", "15"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 64 and "--prefetch-depth" in p.stderr,
+          f"--prefetch-depth 15: exit {p.returncode}, {p.stderr[:80]!r}")
+
+
 def driver_present():
     """Whether an NVIDIA driver could answer here (its device node tree or its library)."""
     if os.path.exists("/proc/driver/nvidia"):
@@ -235,12 +310,16 @@ def auto_backend(binary, small):
 def bench_gpu(gpu):
     p = subprocess.run([gpu, "-h"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=60)
-    check(p.returncode == 0 and p.stdout.startswith("usage: emc-bench-gpu"),
-          f"emc-bench-gpu -h: exit {p.returncode}")
+    check(p.returncode == 0 and p.stdout.startswith("usage: emc-bench-gpu") and
+          "--train" in p.stdout, f"emc-bench-gpu -h: exit {p.returncode}")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     p = subprocess.run([gpu, "--skip-criteo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=120, env=env)
     check(p.returncode == 77, f"emc-bench-gpu without a device: exit {p.returncode}, want 77")
+    pt = subprocess.run([gpu, "--train", "--train-steps", "3"], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    check(pt.returncode == 77 and pt.stdout == "",
+          f"emc-bench-gpu --train without a device: exit {pt.returncode}, want 77")
     check("no CUDA device answers" in p.stderr and p.stdout == "",
           f"emc-bench-gpu without a device: {p.stderr.strip()!r}")
     if not driver_present():
@@ -304,6 +383,7 @@ def main():
 
         prewarm(binary, out)
         sizing(binary, d, small)
+        train(binary, d, small)
         auto_backend(binary, small)
     if len(sys.argv) == 3:
         bench_gpu(sys.argv[2])
