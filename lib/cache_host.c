@@ -174,9 +174,11 @@ emc_status emc__host_create(emc_cache *c) {
   h->max_slots = max_slots;
   h->stamps = emc__alloc(stamps_bytes(h), 64, 1);
   if (!h->arena || !h->stamps) {
+    /* the detail first: it reads h, which emc__host_destroy frees */
+    st = EMC_FAIL(EMC_ENOMEM, "cannot allocate the %zu-byte pool arena and its %zu bytes of stamps",
+                  h->arena_bytes, stamps_bytes(h));
     emc__host_destroy(c);
-    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the %zu-byte pool arena and its %zu bytes of stamps",
-                     h->arena_bytes, stamps_bytes(h));
+    return st;
   }
   h->free_page_head = EMC__PAGE_NONE;
   for (p = h->n_pages; p-- > 0;) {
@@ -201,9 +203,11 @@ emc_status emc__host_create(emc_cache *c) {
     ix->ids = emc__alloc(h->ix_slots * sizeof(uint64_t), 64, 1);
     ix->locs = emc__alloc(h->ix_slots * sizeof(uint64_t), 64, 1);
     if (!ix->keys || !ix->ids || !ix->locs) {
+      /* the detail first: it reads h, which emc__host_destroy frees */
+      st = EMC_FAIL(EMC_ENOMEM, "cannot allocate the index (%llu slots)",
+                    (unsigned long long)h->ix_slots);
       emc__host_destroy(c);
-      return EMC_FAIL(EMC_ENOMEM, "cannot allocate the index (%llu slots)",
-                      (unsigned long long)h->ix_slots);
+      return st;
     }
     for (i = 0; i < h->ix_slots; i++) ix->keys[i] = empty;
   }
