@@ -147,12 +147,12 @@ emc_status emc__host_create(emc_cache *c) {
   uint64_t max_live, p;
   emc__pool_geom g;
   emc_status st;
-  if (!(h = calloc(1, sizeof *h))) return EMC_FAIL(EMC_ENOMEM, "cache state");
+  if (!(h = emc__calloc(1, sizeof *h))) return EMC_FAIL(EMC_ENOMEM, "cache state");
   c->host = h;
-  h->layout = calloc(n, sizeof *h->layout);
-  h->partial_head = calloc(n, sizeof *h->partial_head);
-  h->rows_cached = calloc(n, sizeof *h->rows_cached);
-  h->hist = calloc(HIST_BUCKETS, sizeof *h->hist);
+  h->layout = emc__calloc(n, sizeof *h->layout);
+  h->partial_head = emc__calloc(n, sizeof *h->partial_head);
+  h->rows_cached = emc__calloc(n, sizeof *h->rows_cached);
+  h->hist = emc__calloc(HIST_BUCKETS, sizeof *h->hist);
   if (!h->layout || !h->partial_head || !h->rows_cached || !h->hist ||
       pthread_mutex_init(&h->lock, NULL) != 0) {
     emc__host_destroy(c);
@@ -702,8 +702,8 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   unsigned char *dst = out;
   uint32_t t;
   if (total == 0) return EMC_OK;
-  keys = malloc(total * sizeof *keys);
-  res = malloc(total * sizeof *res);
+  keys = emc__malloc(total * sizeof *keys);
+  res = emc__malloc(total * sizeof *res);
   if (!keys || !res) {
     free(keys);
     free(res);
@@ -746,7 +746,7 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
     if (pthread_mutex_trylock(&h->lock) != 0) {
       skipped = to_admit;
     } else {
-      unsigned char *row = malloc(emc__row_stride((uint64_t)EMC_MAX_DIM * 4u));
+      unsigned char *row = emc__malloc(emc__row_stride((uint64_t)EMC_MAX_DIM * 4u));
       for (t = 0; t < s->n_tables; t++) {
         const emc__table *tb = &s->tables[t];
         for (i = offsets[t]; i < offsets[t + 1]; i++) {
@@ -960,7 +960,7 @@ emc_status emc__cache_check(emc_cache *c) {
   h = c->host;
   empty = emc__key_empty(c->codec.key_bits);
   tomb = emc__key_tomb(c->codec.key_bits);
-  per_table = calloc(c->store->n_tables, sizeof *per_table);
+  per_table = emc__calloc(c->store->n_tables, sizeof *per_table);
   if (!per_table) return EMC_FAIL(EMC_ENOMEM, "check scratch");
   pthread_mutex_lock(&h->lock);
   ix = &h->ix[h->cur];

@@ -69,7 +69,7 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
     snprintf(buf, sizeof buf, "t%u", i);
     nm = buf;
   }
-  t->name = malloc(strlen(nm) + 1);
+  t->name = emc__malloc(strlen(nm) + 1);
   if (!t->name) return EMC_FAIL(EMC_ENOMEM, "table %u: name", i);
   strcpy(t->name, nm);
   t->kind = d->kind;
@@ -102,10 +102,10 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
 
 /* An empty store shell of n tables (no table memory yet). */
 emc_status emc__store_shell(uint32_t n_tables, emc_store **out) {
-  emc_store *s = calloc(1, sizeof *s);
+  emc_store *s = emc__calloc(1, sizeof *s);
   if (!s) return EMC_FAIL(EMC_ENOMEM, "store");
-  s->tables = calloc(n_tables, sizeof *s->tables);
-  s->stripes = calloc(EMC__STORE_STRIPES, sizeof *s->stripes);
+  s->tables = emc__calloc(n_tables, sizeof *s->tables);
+  s->stripes = emc__calloc(EMC__STORE_STRIPES, sizeof *s->stripes);
   if (!s->tables || !s->stripes || pthread_mutex_init(&s->lock, NULL) != 0) {
     free(s->tables);
     free(s->stripes);
@@ -354,7 +354,7 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
     return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
   EMC_TRY(check_bounds(lo, hi));
   t = &s->tables[table];
-  buf = malloc(t->stride);
+  buf = emc__malloc(t->stride);
   if (!buf) return EMC_FAIL(EMC_ENOMEM, "row buffer");
   {
     emc_status st = lock_for_write(s);
@@ -380,8 +380,8 @@ uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n) 
   uint64_t cap = 16, *set, *used, fresh = 0;
   size_t i;
   while (cap < 2 * (uint64_t)n) cap <<= 1;
-  set = malloc(cap * sizeof *set);
-  used = calloc(cap / 64 + 1, sizeof *used);
+  set = emc__malloc(cap * sizeof *set);
+  used = emc__calloc(cap / 64 + 1, sizeof *used);
   if (!set || !used) {
     free(set);
     free(used);

@@ -81,9 +81,9 @@ emc_status emc_store_save(const emc_store *s, const char *path) {
   static const unsigned char zeros[8] = {0};
 
   if (!s || !path) return EMC_FAIL(EMC_EINVAL, "s or path is NULL");
-  counts = calloc(s->n_tables, sizeof *counts);
-  tmp = malloc(strlen(path) + 32);
-  w.h = XXH64_createState();
+  counts = emc__calloc(s->n_tables, sizeof *counts);
+  tmp = emc__malloc(strlen(path) + 32);
+  w.h = emc__xxh64_create();
   if (!counts || !tmp || !w.h) {
     st = EMC_FAIL(EMC_ENOMEM, "save buffers");
     goto out;
@@ -145,7 +145,7 @@ emc_status emc_store_save(const emc_store *s, const char *path) {
     const emc__table *t = &s->tables[i];
     uint64_t r;
     free(row);
-    row = malloc(t->stride);
+    row = emc__malloc(t->stride);
     if (!row) {
       st = EMC_FAIL(EMC_ENOMEM, "row buffer");
       break;
@@ -230,14 +230,14 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       close(fdn);
       return EMC_FAIL(EMC_EIO, "'%s' is not a regular file", path);
     }
-    if (fcntl(fdn, F_SETFL, fcntl(fdn, F_GETFL) & ~O_NONBLOCK) != 0 || !(r.f = fdopen(fdn, "rb"))) {
+    if (fcntl(fdn, F_SETFL, fcntl(fdn, F_GETFL) & ~O_NONBLOCK) != 0 || !(r.f = emc__fdopen(fdn, "rb"))) {
       int e = errno;
       close(fdn);
       return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(e));
     }
   }
   r.left = (uint64_t)sb.st_size;
-  r.h = XXH64_createState();
+  r.h = emc__xxh64_create();
   if (!r.h) {
     fclose(r.f);
     return EMC_FAIL(EMC_ENOMEM, "hash state");
@@ -279,7 +279,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   }
 
   /* descriptors, checked for consistency before any table memory is allocated */
-  fd = calloc(n_tables, sizeof *fd);
+  fd = emc__calloc(n_tables, sizeof *fd);
   if (!fd) {
     st = EMC_FAIL(EMC_ENOMEM, "descriptors");
     goto fail;
@@ -361,7 +361,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
     if ((st = emc__table_init(s, i, &td)) != EMC_OK) goto fail;
     t = &s->tables[i];
     free(row);
-    row = malloc(t->stride);
+    row = emc__malloc(t->stride);
     if (!row) {
       st = EMC_FAIL(EMC_ENOMEM, "row buffer");
       goto fail;
