@@ -1040,11 +1040,16 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   k->D.ix_slots = (uint64_t)((double)max_live / INDEX_LOAD) + EMC__BUCKET;
   k->D.ix_slots = (k->D.ix_slots + EMC__BUCKET - 1) / EMC__BUCKET * EMC__BUCKET;
   k->D.ix_buckets = k->D.ix_slots / EMC__BUCKET;
-  k->index_bytes = (size_t)k->D.ix_slots * 24;
-  k->arena_bytes = (size_t)geo.n_pages * geo.page_bytes;
-
   /* refuse a budget the device cannot hold (arena, two index copies, stamps, pass scratch) */
-  need_b = k->arena_bytes + 2 * k->index_bytes + S * (8 + 1 + 4 * 5);
+  if (!emc__size_mul64(k->D.ix_slots, 24, &k->index_bytes) ||
+      !emc__size_mul64(geo.n_pages, geo.page_bytes, &k->arena_bytes) ||
+      !emc__size_mul64(S, 8 + 1 + 4 * 5, &need_b) ||
+      !emc__size_muladd(k->index_bytes, 2, need_b, &need_b) ||
+      !emc__size_add(need_b, k->arena_bytes, &need_b)) {
+    st = EMC_FAIL(EMC_EDEVMEM, "capacity_bytes %zu: the device structures' size overflows size_t",
+                  c->cfg.capacity_bytes);
+    goto out;
+  }
   CUG(cudaMemGetInfo(&free_b, &total_b));
   if (need_b > free_b) {
     st = EMC_FAIL(EMC_EDEVMEM,
@@ -1204,20 +1209,32 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
 /* ----------------------------------------------------------------- per-call scratch */
 static size_t al(size_t x) { return (x + 255) & ~(size_t)255; }
 
+/* *acc += copies * al(n * elem); 0 when that overflows size_t. */
+static int add_al(size_t *acc, uint64_t n, size_t elem, size_t copies) {
+  size_t b;
+  if (!emc__size_mul64(n, elem, &b) || !emc__size_add(b, 255, &b)) return 0;
+  return emc__size_muladd(b & ~(size_t)255, copies, *acc, acc);
+}
+
+/* Bytes of the per-call scratch for n ids; 0 when that overflows size_t. */
 static size_t scratch_bytes(uint64_t n, uint32_t n_tables) {
-  return al(n * 8) * 2        /* keys, skeys */
-       + al(n * 4) * 9        /* vals, svals, ptab, flags, uidx, inv, urep, rank, spare */
-       + al(n * 8) * 3        /* ukey, uloc, spare */
-       + al(n) * 2            /* ukind, uflags */
-       + al(n * 8) * 2        /* staged ids, srows */
-       + al(((size_t)n_tables + 1) * 8) * 2; /* offsets, outoff */
+  size_t b = 0;
+  if (add_al(&b, n, 8, 2) &&                      /* keys, skeys */
+      add_al(&b, n, 4, 9) &&                      /* vals, svals, ptab, flags, uidx, inv, urep, rank, spare */
+      add_al(&b, n, 8, 3) &&                      /* ukey, uloc, spare */
+      add_al(&b, n, 1, 2) &&                      /* ukind, uflags */
+      add_al(&b, n, 8, 2) &&                      /* staged ids, srows */
+      add_al(&b, (uint64_t)n_tables + 1, 8, 2))   /* offsets, outoff */
+    return b;
+  return 0;
 }
 
 static emc_status ensure_scratch(emc__cuda_cache *k, uint64_t n, size_t out_bytes, cudaStream_t st) {
   if (n > k->cap_n) {
-    uint64_t m = k->cap_n ? k->cap_n : 4096;
-    size_t t1 = 0, t2 = 0, t3 = 0;
-    while (m < n) m *= 2;
+    uint64_t m = emc__u64_pow2_at_least(n, k->cap_n ? k->cap_n : 4096);
+    size_t t1 = 0, t2 = 0, t3 = 0, sb = m ? scratch_bytes(m, k->n_tables) : 0;
+    if (sb == 0) /* checked before anything is freed: the cache keeps its scratch */
+      return EMC_FAIL(EMC_EDEVMEM, "scratch for %llu ids overflows size_t", (unsigned long long)n);
     if (k->scratch) CU(cudaFreeAsync(k->scratch, st));
     if (k->cub_tmp) CU(cudaFreeAsync(k->cub_tmp, st));
     k->scratch = k->cub_tmp = NULL;
@@ -1228,15 +1245,15 @@ static emc_status ensure_scratch(emc__cuda_cache *k, uint64_t n, size_t out_byte
     t3 = t1 > t2 ? t1 : t2;
     if (k->stage_where) CU(cudaFreeAsync(k->stage_where, st));
     k->stage_where = NULL;
-    CU(cudaMallocAsync(&k->scratch, scratch_bytes(m, k->n_tables), st));
+    CU(cudaMallocAsync(&k->scratch, sb, st));
     CU(cudaMallocAsync((void **)&k->stage_where, m, st));
     CU(cudaMallocAsync(&k->cub_tmp, t3, st));
     k->cub_bytes = t3;
     k->cap_n = m;
   }
   if (out_bytes > k->cap_out) {
-    size_t m = k->cap_out ? k->cap_out : 1 << 20;
-    while (m < out_bytes) m *= 2;
+    uint64_t m = emc__u64_pow2_at_least(out_bytes, k->cap_out ? k->cap_out : 1 << 20);
+    if (m == 0) return EMC_FAIL(EMC_EDEVMEM, "a %zu-byte staging buffer overflows", out_bytes);
     if (k->stage_out) CU(cudaFreeAsync(k->stage_out, st));
     k->stage_out = NULL;
     k->cap_out = 0;

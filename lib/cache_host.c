@@ -110,8 +110,8 @@ emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_l
   memset(g, 0, sizeof *g);
   for (t = 0; t < n; t++)
     if (s->tables[t].stride > max_stride) max_stride = s->tables[t].stride;
-  g->high_bytes = (uint64_t)((double)c->cfg.capacity_bytes * c->cfg.evict_high);
-  g->low_bytes = (uint64_t)((double)c->cfg.capacity_bytes * c->cfg.evict_low);
+  g->high_bytes = emc__u64_scale(c->cfg.capacity_bytes, c->cfg.evict_high);
+  g->low_bytes = emc__u64_scale(c->cfg.capacity_bytes, c->cfg.evict_low);
   if (g->high_bytes < max_stride || g->low_bytes == 0)
     return EMC_FAIL(EMC_EINVAL,
                     "capacity_bytes %zu with t2 = %g, t1 = %g leaves no room for one row of %u bytes",
@@ -131,9 +131,11 @@ emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_l
   }
   /* Enough pages for capacity_bytes of rows in the least dense layout, plus one partly used
    * page per table. */
-  p = (c->cfg.capacity_bytes + min_page_rows_bytes - 1) / min_page_rows_bytes + n;
+  p = emc__u64_div_ceil(c->cfg.capacity_bytes, min_page_rows_bytes) + n; /* no wrap near 2^64 */
   if (p > 0x7fffffffull || p * g->max_slots > 0xffffffffull)
-    return EMC_FAIL(EMC_EINVAL, "capacity_bytes %zu needs too many pages", c->cfg.capacity_bytes);
+    return EMC_FAIL(EMC_EINVAL, "capacity_bytes %zu needs %llu pages of %llu bytes; at most 2^31 - 1 "
+                    "pages and 2^32 slots", c->cfg.capacity_bytes, (unsigned long long)p,
+                    (unsigned long long)g->page_bytes);
   g->n_pages = (uint32_t)p;
   g->max_stride = max_stride;
   return EMC_OK;
@@ -169,16 +171,26 @@ emc_status emc__host_create(emc_cache *c) {
   for (t = 0; t < n; t++) h->partial_head[t] = EMC__PAGE_NONE;
   p = g.n_pages;
   h->n_pages = g.n_pages;
-  h->arena_bytes = (size_t)(p * h->page_bytes);
-  h->arena = emc__alloc(h->arena_bytes, 64, 0);
   h->max_slots = max_slots;
-  h->stamps = emc__alloc(stamps_bytes(h), 64, 1);
-  if (!h->arena || !h->stamps) {
-    /* the detail first: it reads h, which emc__host_destroy frees */
-    st = EMC_FAIL(EMC_ENOMEM, "cannot allocate the %zu-byte pool arena and its %zu bytes of stamps",
-                  h->arena_bytes, stamps_bytes(h));
-    emc__host_destroy(c);
-    return st;
+  {
+    size_t stamp_bytes;
+    if (!emc__size_mul64(p, h->page_bytes, &h->arena_bytes) ||
+        !emc__size_mul64((uint64_t)p * max_slots, sizeof(uint64_t), &stamp_bytes)) {
+      h->arena_bytes = 0; /* nothing allocated: destroy frees nothing */
+      st = EMC_FAIL(EMC_ENOMEM, "a pool of %llu pages of %llu bytes overflows size_t",
+                    (unsigned long long)p, (unsigned long long)h->page_bytes);
+      emc__host_destroy(c);
+      return st;
+    }
+    h->arena = emc__alloc(h->arena_bytes, 64, 0);
+    h->stamps = emc__alloc(stamp_bytes, 64, 1);
+    if (!h->arena || !h->stamps) {
+      /* the detail first: it reads h, which emc__host_destroy frees */
+      st = EMC_FAIL(EMC_ENOMEM, "cannot allocate the %zu-byte pool arena and its %zu bytes of stamps",
+                    h->arena_bytes, stamp_bytes);
+      emc__host_destroy(c);
+      return st;
+    }
   }
   h->free_page_head = EMC__PAGE_NONE;
   for (p = h->n_pages; p-- > 0;) {
@@ -191,10 +203,20 @@ emc_status emc__host_create(emc_cache *c) {
   h->free_pages = h->n_pages;
 
   /* Index: every slot that can be live, plus the unified-index entries, at load INDEX_LOAD. */
+  /* (pages * slots <= 2^32 and unified_index_rows <= 2^32 were checked: no wrap here) */
   max_live = (uint64_t)h->n_pages * max_slots + c->cfg.unified_index_rows;
   h->ix_slots = (uint64_t)((double)max_live / INDEX_LOAD) + EMC__BUCKET;
   h->ix_slots = (h->ix_slots + EMC__BUCKET - 1) / EMC__BUCKET * EMC__BUCKET;
-  h->ix_bytes = (size_t)h->ix_slots * 3 * sizeof(uint64_t);
+  {
+    size_t col_bytes;
+    if (!emc__size_mul64(h->ix_slots, sizeof(uint64_t), &col_bytes) ||
+        !emc__size_mul(col_bytes, 3, &h->ix_bytes)) {
+      st = EMC_FAIL(EMC_ENOMEM, "an index of %llu slots overflows size_t",
+                    (unsigned long long)h->ix_slots);
+      emc__host_destroy(c);
+      return st;
+    }
+  }
   for (t = 0; t < 2; t++) {
     emc__index_view *ix = &h->ix[t];
     uint64_t i, empty = emc__key_empty(c->codec.key_bits);
@@ -702,8 +724,14 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   unsigned char *dst = out;
   uint32_t t;
   if (total == 0) return EMC_OK;
-  keys = emc__malloc(total * sizeof *keys);
-  res = emc__malloc(total * sizeof *res);
+  {
+    size_t kb, rb;
+    if (!emc__size_mul64(total, sizeof *keys, &kb) || !emc__size_mul64(total, sizeof *res, &rb))
+      return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids overflows size_t",
+                      (unsigned long long)total);
+    keys = emc__malloc(kb);
+    res = emc__malloc(rb);
+  }
   if (!keys || !res) {
     free(keys);
     free(res);
