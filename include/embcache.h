@@ -197,10 +197,19 @@ EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t 
 EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint64_t *ids,
                                   size_t n, void *rows);
 
-/* Save the store to `path` in the embcache store format (see README, "Store file format"):
- * written to path.tmp.<pid> then renamed, so an existing file is replaced whole or not at
- * all. Sections carry XXH64 checksums. Errors: EMC_EINVAL (NULL), EMC_EIO (open, write,
- * fsync or rename failed; errno text in the detail). Blocking. */
+/* Save the store to `path` in the embcache store format (see README, "Store file format").
+ * The file is written and fsynced under no name (O_TMPFILE) in path's directory, or, where
+ * the filesystem lacks O_TMPFILE, as "<path>.tmp-<pid>-<hex>"; then it is renamed over path
+ * and the directory is fsynced. So path always holds one complete store (the old one or this
+ * one), whatever the interleaving with other saves to path from any thread or process, and a
+ * save that fails or is killed leaves no file behind (except when killed between naming the
+ * file and the rename, two system calls apart; every save removes such temporaries of path
+ * left by processes that no longer exist). Sections carry XXH64 checksums.
+ * Errors: EMC_EINVAL (NULL s or path), EMC_ENOMEM (save buffers, the stream, the hash state;
+ * a system call failing with ENOMEM), EMC_EIO (the file cannot be created, written, fsynced,
+ * linked or renamed: errno text in the detail; path keeps its previous content. One EMC_EIO
+ * comes after the rename: the directory fsync failed, the new file is in place but may not
+ * survive a crash). Blocking. */
 EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
 
 /* Open a store saved by emc_store_save. Every size and checksum is verified before the

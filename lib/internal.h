@@ -127,6 +127,10 @@ EMC_INTERNAL void emc__store_free(emc_store *s);
 /* Hashed: distinct ids of ids[0..n) absent from t; (uint64_t)-1 if scratch memory fails. */
 EMC_INTERNAL uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n);
 
+/* store_io.c: 1 makes emc_store_save write to a named temporary, as it does where O_TMPFILE is
+ * not supported (tests of that path; set before any save runs). */
+EMC_INTERNAL extern int emc__save_named_temp;
+
 /* Attach/detach a cache: EMC_EUNSUPPORTED if one is attached already. */
 EMC_INTERNAL emc_status emc__store_attach(emc_store *s);
 EMC_INTERNAL void emc__store_detach(emc_store *s);
