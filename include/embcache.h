@@ -215,7 +215,8 @@ EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
 /* Open a store saved by emc_store_save. Every size and checksum is verified before the
  * store is returned; nothing half-loaded is ever returned.
  * Errors: EMC_EINVAL (NULL), EMC_EIO (cannot open/read), EMC_ECORRUPT (bad magic, version,
- * checksum, truncated, inconsistent sizes), EMC_ENOMEM (hashed tables get their full
+ * checksum, truncated, inconsistent sizes, non-zero reserved header bytes or name padding),
+ * EMC_ENOMEM (hashed tables get their full
  * capacity, `rows` in the file, allocated as at create: a small file can ask for much
  * memory). *out is written only on success. Blocking. */
 EMC_API emc_status emc_store_open(const char *path, emc_store **out);

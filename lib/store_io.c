@@ -9,12 +9,12 @@
  *     uint32   n_tables       1 .. EMC_MAX_TABLES
  *     uint64   desc_bytes     bytes of the descriptor section, checksum excluded
  *     uint64   file_bytes     bytes of the whole file
- *     uint64   reserved[3]    0
+ *     uint64   reserved[3]    0 (anything else: refused as foreign, EMC_ECORRUPT)
  *     uint64   xxh64          of the 56 bytes above
  *   descriptor section: n_tables records, then uint64 xxh64
  *     uint32 kind, uint32 dtype, uint32 dim, uint32 name_len (<= 255),
  *     uint64 rows (dense: rows; hashed: capacity), uint64 count (rows present),
- *     uint64 data_bytes, name (name_len bytes, no NUL), zero padding to 8 bytes
+ *     uint64 data_bytes, name (name_len bytes, no NUL), zero padding to 8 bytes (checked)
  *   one data section per table, then uint64 xxh64
  *     hashed: count ids (uint64), then count rows; dense: rows rows.
  *     Rows are packed (dim * dtype size bytes each), in row order.
@@ -449,6 +449,13 @@ emc_status emc_store_open(const char *path, emc_store **out) {
                   EMC__FILE_VERSION);
     goto fail;
   }
+  /* Version 1 writes zeros there: anything else is a file of another writer or a later format
+   * that this reader would misread, so it is foreign, not ignored. */
+  for (i = 32; i < 56; i++)
+    if (hdr[i] != 0) {
+      st = EMC_FAIL(EMC_ECORRUPT, "reserved header byte %u is 0x%02x, must be 0", i, hdr[i]);
+      goto fail;
+    }
   if (n_tables == 0 || n_tables > EMC_MAX_TABLES || file_bytes != (uint64_t)sb.st_size ||
       desc_bytes > file_bytes ||
       desc_bytes < (uint64_t)n_tables * EMC__DESC_FIXED) {
@@ -469,6 +476,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       unsigned char fx[EMC__DESC_FIXED], pad[8];
       emc_table_desc td;
       uint64_t rb, want;
+      uint32_t k;
       if ((st = rd_bytes(&r, fx, sizeof fx, "descriptors")) != EMC_OK) goto fail;
       memcpy(&fd[i].kind, fx, 4);
       memcpy(&fd[i].dtype, fx + 4, 4);
@@ -483,6 +491,12 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       }
       if ((st = rd_bytes(&r, fd[i].name, fd[i].name_len, "descriptors")) != EMC_OK) goto fail;
       if ((st = rd_bytes(&r, pad, pad8(fd[i].name_len), "descriptors")) != EMC_OK) goto fail;
+      for (k = 0; k < pad8(fd[i].name_len); k++)
+        if (pad[k] != 0) {
+          st = EMC_FAIL(EMC_ECORRUPT, "table %u: name padding byte %u is 0x%02x, must be 0", i, k,
+                        pad[k]);
+          goto fail;
+        }
       fd[i].name[fd[i].name_len] = 0;
       seen += EMC__DESC_FIXED + fd[i].name_len + pad8(fd[i].name_len);
       td.name = fd[i].name;

@@ -1212,6 +1212,11 @@ START_TEST(crafted_fields_rejected) {
       case 27: what = "hashed rows > 2^40"; wr64(g + d1 + 16, EMC_MAX_ROWS + 1u); break;
       case 28: what = "kind dense->hashed"; wr32(g + d0, 1); break;
       case 29: what = "dtype f32->f16"; wr32(g + d0 + 4, 1); break;
+      /* fields version 1 writes as zeros: a file with anything else there is foreign */
+      case 30: what = "reserved[0] 1"; wr64(g + 32, 1); break;
+      case 31: what = "reserved[1] 2^63"; wr64(g + 40, 1ull << 63); break;
+      case 32: what = "reserved[2] byte 7"; g[55] = 0x80; break;
+      case 33: what = "name padding ('dense_a' + 1 byte)"; g[d0 + 40 + 7] = ' '; break;
       default: break;
     }
     if (!what) break;
