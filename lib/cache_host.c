@@ -774,7 +774,13 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
     if (pthread_mutex_trylock(&h->lock) != 0) {
       skipped = to_admit;
     } else {
-      unsigned char *row = emc__malloc(emc__row_stride((uint64_t)EMC_MAX_DIM * 4u));
+      /* one row of the widest table (not EMC_MAX_DIM's 256 KiB: an mmap/munmap pair per call
+       * under allocators that map big blocks, such as ASan's) */
+      uint32_t widest = 0;
+      unsigned char *row;
+      for (t = 0; t < s->n_tables; t++)
+        if (s->tables[t].stride > widest) widest = s->tables[t].stride;
+      row = emc__malloc(widest);
       for (t = 0; t < s->n_tables; t++) {
         const emc__table *tb = &s->tables[t];
         for (i = offsets[t]; i < offsets[t + 1]; i++) {
