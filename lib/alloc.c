@@ -13,7 +13,7 @@
  * real call fails when memory runs out (NULL, errno = ENOMEM). The hook sits above the
  * jemalloc / posix_memalign choice, so both builds inject at the same points.
  */
-#define _POSIX_C_SOURCE 200809L /* fdopen */
+#define _XOPEN_SOURCE 700 /* fdopen; ffs, which MALLOCX_ALIGN expands to */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
