@@ -360,7 +360,8 @@ typedef struct emc_stats {
 /* Read counters (monotonic) and gauges (now). CUDA backend: read through a private stream
  * (lookup streams are not stalled); a call still running on the device may be half counted.
  * Errors: EMC_EINVAL (NULL), EMC_ECUDA, EMC_EDEVMEM (CUDA backend: reading the device
- * counters failed). */
+ * counters failed), EMC_ENOMEM (CUDA backend: a scratch buffer for the per-table counters).
+ * The host backend fails only on NULL. */
 EMC_API emc_status emc_get_stats(const emc_cache *c, emc_stats *out);
 
 /* Rows of table `table` resident now. Errors: EMC_EINVAL (NULL), EMC_ERANGE (table),
