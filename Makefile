@@ -10,10 +10,15 @@
 #                    (each step also has its own target: test-unit, test-asan, ...)
 #   make deps        install dependencies only (scripts/install-deps.sh)
 #   make build       configure + build build/ (Release)
+#   make fuzz-long   each fuzz target FUZZ_LONG_SECONDS on a corpus kept across runs in
+#                    build-fuzz/long/<target>/ (seeded from fuzz/corpus/); prints execs,
+#                    execs/s, cov and ft per target; crashes in build-fuzz/artifacts/
+#   make fuzz-merge  minimise fuzz/corpus/<target>/ + build-fuzz/long/<target>/ into
+#                    fuzz/corpus/<target>/ (seed-* and crash-* files are kept as they are)
 #   make gpu-check   scripts/gpu-check.sh (needs an NVIDIA GPU)
 #   make clean       remove every build directory
 #
-# Knobs: JOBS, FUZZ_SECONDS (30), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
+# Knobs: JOBS, FUZZ_SECONDS (30), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
 # (RelWithDebInfo), CMAKE_ARGS (extra -D flags for every configure), TSAN_CTEST_ARGS
 # (e.g. "-L threads"), TSAN_CC (compiler for build-tsan/), BENCH_ARGS, PYTHON,
 # KEEP_GOING (1: make test runs every step, then fails if any failed), SKIP_DEPS=1.
@@ -32,6 +37,7 @@ JOBS           ?= $(NPROC)
 BUILD_TYPE     ?= Release
 SAN_BUILD_TYPE ?= RelWithDebInfo
 FUZZ_SECONDS   ?= 30
+FUZZ_LONG_SECONDS ?= 600
 FUZZ_TARGETS   ?= fuzz_keycodec fuzz_store_open fuzz_api_ops
 FUZZ_CC        ?= clang
 CMAKE          ?= cmake
@@ -62,7 +68,7 @@ export TSAN_OPTIONS  ?= halt_on_error=1:second_deadlock_stack=1
 export CTEST_OUTPUT_ON_FAILURE := 1
 
 .PHONY: help deps build bench test test-unit test-asan test-tsan test-fuzz test-python \
-        build-asan build-tsan build-fuzz clean gpu-check
+        build-asan build-tsan build-fuzz clean gpu-check fuzz-long fuzz-merge
 
 help:
 	@sed -n '2,/^$$/p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# \{0,1\}//'
@@ -203,6 +209,63 @@ test-fuzz: build-fuzz
 	  fi
 	  grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|Done )' "$(FUZZ_DIR)/$$t.log" || true
 	  echo "fuzz: $$t ok ($(FUZZ_DIR)/$$t.log)"
+	done
+
+# Long runs (not part of make test): the working corpus build-fuzz/long/<name>/ persists, so
+# repeated runs go deeper; `make fuzz-merge` then minimises it into fuzz/corpus/<name>/.
+fuzz-long: build-fuzz
+	@$(call header,fuzz-long: $(FUZZ_LONG_SECONDS)s per target)
+	printf '%-18s %12s %8s %6s %7s %s\n' target execs exec/s cov ft corpus > "$(FUZZ_DIR)/long-summary.txt"
+	for t in $(FUZZ_TARGETS); do
+	  $(call header,fuzz-long: $$t)
+	  bin="$$(find $(FUZZ_DIR) -type f -name "$$t" -perm -u+x -print -quit)"
+	  [[ -n "$$bin" ]] || { echo "fuzz-long: no executable $$t under $(FUZZ_DIR)/" >&2; exit 1; }
+	  work="$(FUZZ_DIR)/long/$$t"; artifacts="$(FUZZ_DIR)/artifacts/$$t"; log="$(FUZZ_DIR)/long/$$t.log"
+	  mkdir -p "$$work" "$$artifacts"
+	  if [[ -d "fuzz/corpus/$$t" ]]; then cp -R "fuzz/corpus/$$t/." "$$work/"; fi
+	  dict=()
+	  for d in "fuzz/$$t.dict" "fuzz/dict/$$t.dict" "fuzz/corpus/$$t.dict"; do
+	    if [[ -f "$$d" ]]; then dict=("-dict=$$d"); break; fi
+	  done
+	  echo "fuzz-long: $$bin, $$(find "$$work" -type f | wc -l) inputs in $$work, log $$log"
+	  if ! "$$bin" -max_total_time=$(FUZZ_LONG_SECONDS) -timeout=25 -rss_limit_mb=2048 \
+	        -print_final_stats=1 -artifact_prefix="$$artifacts/" "$${dict[@]}" "$$work" > "$$log" 2>&1; then
+	    tail -n 60 "$$log" >&2
+	    echo "fuzz-long: $$t FAILED; artifacts: $$(ls "$$artifacts" | tr '\n' ' ')" >&2; exit 1
+	  fi
+	  last="$$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$$log" | tail -n 1)"
+	  printf '%-18s %12s %8s %6s %7s %s\n' "$$t" \
+	    "$$(sed -n 's/^stat::number_of_executed_units: *//p' "$$log")" \
+	    "$$(sed -n 's/^stat::average_exec_per_sec: *//p' "$$log")" \
+	    "$$(sed -n 's/.* cov: \([0-9]*\) .*/\1/p' <<< "$$last")" \
+	    "$$(sed -n 's/.* ft: \([0-9]*\) .*/\1/p' <<< "$$last")" \
+	    "$$(find "$$work" -type f | wc -l) inputs" >> "$(FUZZ_DIR)/long-summary.txt"
+	done
+	$(call header,fuzz-long: summary ($(FUZZ_LONG_SECONDS)s per target))
+	cat "$(FUZZ_DIR)/long-summary.txt"
+
+# Minimise the checked-in corpus together with the long-run corpus into a fresh directory
+# (libFuzzer -merge=1), then replace the non-seed, non-crash files of fuzz/corpus/<name>/ with
+# the result (files identical to a kept seed are dropped). Review `git status fuzz/corpus`.
+fuzz-merge: build-fuzz
+	@$(call header,fuzz-merge: $(FUZZ_TARGETS))
+	for t in $(FUZZ_TARGETS); do
+	  bin="$$(find $(FUZZ_DIR) -type f -name "$$t" -perm -u+x -print -quit)"
+	  [[ -n "$$bin" ]] || { echo "fuzz-merge: no executable $$t under $(FUZZ_DIR)/" >&2; exit 1; }
+	  out="$(FUZZ_DIR)/merge/$$t"; keep="fuzz/corpus/$$t"
+	  rm -rf "$$out"; mkdir -p "$$out" "$$keep" "$(FUZZ_DIR)/long/$$t"
+	  "$$bin" -merge=1 -timeout=25 -rss_limit_mb=2048 "$$out" "$$keep" "$(FUZZ_DIR)/long/$$t" \
+	    > "$(FUZZ_DIR)/merge/$$t.log" 2>&1 || { tail -n 30 "$(FUZZ_DIR)/merge/$$t.log" >&2; exit 1; }
+	  find "$$keep" -maxdepth 1 -type f ! -name 'seed-*' ! -name 'crash-*' -delete
+	  kept="$$(for f in "$$keep"/*; do if [[ -f "$$f" ]]; then sha1sum < "$$f"; fi; done)"
+	  n=0
+	  for f in "$$out"/*; do
+	    [[ -f "$$f" ]] || continue
+	    h="$$(sha1sum < "$$f")"
+	    grep -qF "$$h" <<< "$$kept" && continue
+	    cp "$$f" "$$keep/cov-$${h:0:16}"; n=$$((n + 1))
+	  done
+	  echo "fuzz-merge: $$t: $$(find "$$keep" -type f | wc -l) files ($$n from the merge), $$(du -sh "$$keep" | cut -f1)"
 	done
 
 # Python in a fresh environment (env -i: no LD_PRELOAD, no GLIBC_TUNABLES, nothing

@@ -387,8 +387,12 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   k->V.ix.n_buckets = geo.ix_buckets;
   k->max_rows = geo.max_rows;
   slots = geo.ix_buckets * EMC__BUCKET;
-  k->index_bytes = (size_t)slots * emc__index_entry_bytes(c->codec.key_bits);
-  k->arena_bytes = (size_t)geo.n_pages * geo.page_bytes;
+  if (!emc__size_mul64(slots, emc__index_entry_bytes(c->codec.key_bits), &k->index_bytes) ||
+      !emc__size_mul64(geo.n_pages, geo.page_bytes, &k->arena_bytes)) {
+    st = EMC_FAIL(EMC_EDEVMEM, "capacity_bytes %zu: the device structures' size overflows size_t",
+                  c->cfg.capacity_bytes);
+    goto out;
+  }
   /* as the host backend counts it (lib/cache_host.c, metadata_bytes) */
   for (t = 0; t < n; t++) {
     size_t b = (size_t)layout[t].n_words * 8 + (layout[t].off_owner ? (size_t)layout[t].n_slots * 8 : 0);

@@ -5,6 +5,9 @@
  * emc_status (0 = EMC_OK). A call that fails leaves its outputs and the state of its
  * objects untouched unless its comment says otherwise, and records a human-readable
  * detail retrievable with emc_last_error_detail() on the calling thread.
+ * The "Errors:" list at each declaration names every status other than EMC_OK the call can
+ * return (the test suite checks every status it observes against these lists). A call that
+ * runs out of host memory returns EMC_ENOMEM, whatever it was doing.
  *
  * Objects
  *   emc_store  all embedding rows of all tables, in host memory (the source of truth).
@@ -199,7 +202,7 @@ EMC_API uint32_t emc_store_n_tables(const emc_store *s);
 EMC_API emc_status emc_store_table(const emc_store *s, uint32_t table, emc_table_desc *out);
 
 /* Distinct ids present in a hashed table, or the row count of a dense table.
- * Errors: EMC_EINVAL, EMC_ERANGE. */
+ * Errors: EMC_EINVAL (NULL), EMC_ERANGE (table). */
 EMC_API emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *out);
 
 /* The value emc_store_fill_uniform writes for (seed, table, id): dim elements, element j
@@ -213,7 +216,7 @@ EMC_API emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, f
 /* Fill table `table` with emc_uniform_row(seed, table, id, lo, hi, ...) for every dense
  * id in [0, rows), or for every id already present in a hashed table.
  * Errors: EMC_EINVAL (NULL, bad bounds), EMC_ERANGE (table), EMC_EUNSUPPORTED (a cache
- * is attached). Blocking. */
+ * is attached), EMC_ENOMEM (a row buffer). Blocking. */
 EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float hi,
                                           uint64_t seed);
 
@@ -221,8 +224,9 @@ EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo
  * duplicates in one call: the last one wins.
  *   ids:  host array of n ids.   rows: host buffer (n, dim) packed in the table's dtype.
  * The call is all-or-nothing: ids are checked (range, hashed capacity) before any row is
- * written. Errors: EMC_EINVAL (NULL with n > 0), EMC_ERANGE (table, dense id >= rows,
- * hashed table would exceed its capacity), EMC_EUNSUPPORTED (a cache is attached).
+ * written. Errors: EMC_EINVAL (NULL with n > 0; n ids or rows whose byte size overflows),
+ * EMC_ERANGE (table, dense id >= rows, hashed table would exceed its capacity),
+ * EMC_EUNSUPPORTED (a cache is attached), EMC_ENOMEM (hashed: the scratch set of new ids).
  * n == 0 is a no-op. Blocking. */
 EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids,
                                    size_t n, const void *rows);
@@ -230,21 +234,32 @@ EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t 
 /* Read n rows of one table into rows (n, dim), packed in the table's dtype. A hashed id
  * that is absent reads as a zero row. With an attached cache the store may hold older
  * values than the cache (rows inserted and not yet written back): emc_flush first.
- * Errors: EMC_EINVAL (NULL with n > 0), EMC_ERANGE (table, dense id >= rows). Blocking;
+ * Errors: EMC_EINVAL (NULL with n > 0; n ids or rows whose byte size overflows), EMC_ERANGE
+ * (table, dense id >= rows). Blocking;
  * `rows` is untouched on failure. */
 EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint64_t *ids,
                                   size_t n, void *rows);
 
-/* Save the store to `path` in the embcache store format (see README, "Store file format"):
- * written to path.tmp.<pid> then renamed, so an existing file is replaced whole or not at
- * all. Sections carry XXH64 checksums. Errors: EMC_EINVAL (NULL), EMC_EIO (open, write,
- * fsync or rename failed; errno text in the detail). Blocking. */
+/* Save the store to `path` in the embcache store format (see README, "Store file format").
+ * The file is written and fsynced under no name (O_TMPFILE) in path's directory, or, where
+ * the filesystem lacks O_TMPFILE, as "<path>.tmp-<pid>-<hex>"; then it is renamed over path
+ * and the directory is fsynced. So path always holds one complete store (the old one or this
+ * one), whatever the interleaving with other saves to path from any thread or process, and a
+ * save that fails or is killed leaves no file behind (except when killed between naming the
+ * file and the rename, two system calls apart; every save removes such temporaries of path
+ * left by processes that no longer exist). Sections carry XXH64 checksums.
+ * Errors: EMC_EINVAL (NULL s or path), EMC_ENOMEM (save buffers, the stream, the hash state;
+ * a system call failing with ENOMEM), EMC_EIO (the file cannot be created, written, fsynced,
+ * linked or renamed: errno text in the detail; path keeps its previous content. One EMC_EIO
+ * comes after the rename: the directory fsync failed, the new file is in place but may not
+ * survive a crash). Blocking. */
 EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
 
 /* Open a store saved by emc_store_save. Every size and checksum is verified before the
  * store is returned; nothing half-loaded is ever returned.
  * Errors: EMC_EINVAL (NULL), EMC_EIO (cannot open/read), EMC_ECORRUPT (bad magic, version,
- * checksum, truncated, inconsistent sizes), EMC_ENOMEM (hashed tables get their full
+ * checksum, truncated, inconsistent sizes, non-zero reserved header bytes or name padding),
+ * EMC_ENOMEM (hashed tables get their full
  * capacity, `rows` in the file, allocated as at create: a small file can ask for much
  * memory). *out is written only on success. Blocking. */
 EMC_API emc_status emc_store_open(const char *path, emc_store **out);
@@ -292,26 +307,31 @@ EMC_API emc_status emc_device_count(int *out);
  *        or a size of an earlier version of the struct (missing fields take defaults).
  * The global key codec is built here: a canonical Huffman code of the table ids weighted by
  * row count. Errors: EMC_EINVAL (NULL store/out, bad struct_size, thresholds outside
- * 0 < t2 < t1 <= 1, key_bits not 32/64, capacity too small for one row of the widest
- * table), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
+ * 0 < t2 < t1 <= 1, key_bits not 32/64, unified_index_rows > 2^32, capacity too small for
+ * one row of the widest table, or so large that the pool would need more than 2^31 - 1 pages
+ * or 2^32 row slots: about 2^48 bytes for wide rows, less for narrow ones), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
  * lacks), EMC_EUNSUPPORTED (store already has a cache; CUDA requested from a build without
  * CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
  * index, above the device's free memory), EMC_ECUDA (a CUDA call failed; its text in the
- * detail; nothing is leaked), EMC_ENOMEM. Blocking. */
+ * detail; nothing is leaked), EMC_ENOMEM (the cache's host structures; host backend: the
+ * pool arena and the index, whose sizes follow capacity_bytes). Blocking. */
 EMC_API emc_status emc_cache_create(emc_store *store, const emc_cache_config *cfg,
                                     emc_cache **out);
 
 /* Write every dirty (inserted, not yet written back) row back to the store, free the cache
  * and detach it from the store. NULL is fine (returns EMC_OK). On a failure to write back
  * the cache is still freed only if no data would be lost; otherwise the error is returned
- * and the cache stays usable. Blocking. */
+ * and the cache stays usable. Host backend: never fails. Errors (CUDA backend): EMC_ECUDA,
+ * EMC_EDEVMEM (a CUDA call of the final flush failed). Blocking. */
 EMC_API emc_status emc_cache_destroy(emc_cache *c);
 
 /* Backend actually in use (AUTO resolved). */
 EMC_API emc_backend emc_cache_backend(const emc_cache *c);
 
 /* Bytes of a batch's packed row buffer for the cache's store (see "Batches").
- * offsets: host array of n_tables + 1 entries. Errors: EMC_EINVAL (NULL, bad offsets). */
+ * offsets: host array of n_tables + 1 entries. Errors: EMC_EINVAL (NULL, bad offsets: not
+ * starting at 0, decreasing, more ids than an address space holds, or a byte size that
+ * overflows). */
 EMC_API emc_status emc_batch_bytes(const emc_store *s, const uint64_t *offsets, size_t *out);
 
 /* Where emc_lookup_ex found each row. */
@@ -327,8 +347,10 @@ typedef enum emc_where {
  * Host backend: ids, offsets, out are host pointers; stream must be NULL (ignored).
  * CUDA backend: see "CUDA backend" above (device or host pointers, ordered on stream).
  *   ids:     (offsets[n_tables],)   offsets: (n_tables + 1,)   out: emc_batch_bytes bytes.
- * Errors: EMC_EINVAL (NULL, bad offsets), EMC_ERANGE (a dense id >= rows; CUDA backend with
- * device ids: reported by the next emc_flush), EMC_ECUDA, EMC_EDEVMEM (scratch buffers).
+ * Errors: EMC_EINVAL (NULL, bad offsets as for emc_batch_bytes; CUDA backend: more than
+ * 2^32 - 16 ids), EMC_ERANGE (a dense id >= rows; CUDA backend with device ids: reported by
+ * the next emc_flush), EMC_ENOMEM (host scratch: about 24 bytes per id), EMC_ECUDA,
+ * EMC_EDEVMEM (scratch buffers).
  * Checked before anything changes: on error out, stats and cache contents are untouched.
  * Blocking (host); CUDA: asynchronous on stream for device buffers. */
 EMC_API emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -336,7 +358,8 @@ EMC_API emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t 
 
 /* emc_lookup that also reports, per position, where the row came from.
  *   where: NULL, or an array (offsets[n_tables],) of uint8_t receiving emc_where values
- *          (host memory; CUDA backend: host or device memory). */
+ *          (host memory; CUDA backend: host or device memory); untouched on failure.
+ * Errors: as emc_lookup: EMC_EINVAL, EMC_ERANGE, EMC_ENOMEM, EMC_ECUDA, EMC_EDEVMEM. */
 EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                  void *out, uint8_t *where, void *stream);
 
@@ -349,8 +372,10 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
  * asynchronous on stream (read rows only after it; see "CUDA backend": dense ids out of range
  * and hashed tables over capacity are found on the device, the call then changes nothing and
  * the next emc_flush returns EMC_ERANGE); with host buffers it waits and returns them.
- * Errors: EMC_EINVAL, EMC_ERANGE (dense id >= rows; a hashed table would exceed its
- * capacity), EMC_ECUDA, EMC_EDEVMEM. Checked before anything changes. */
+ * Errors: EMC_EINVAL (as emc_lookup), EMC_ERANGE (dense id >= rows; a hashed table would
+ * exceed its capacity), EMC_ENOMEM (scratch: the set of new hashed ids, a row buffer; CUDA
+ * backend: per-table offsets), EMC_ECUDA, EMC_EDEVMEM (CUDA scratch buffers). Checked before
+ * anything changes. */
 EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               const void *rows, void *stream);
 
@@ -360,7 +385,8 @@ EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t 
  * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training
  * calls or inserts refused on the device (they changed nothing), EMC_ECAPACITY for a refused
  * emc_apply_gradients batch or rows prefetches could not pin. Errors: EMC_EINVAL (NULL),
- * EMC_ECUDA. Blocking. */
+ * EMC_ENOMEM (CUDA: a copy of the counters), EMC_ECUDA, EMC_EDEVMEM (a CUDA call failed); the
+ * host backend never fails on a valid cache. Blocking. */
 EMC_API emc_status emc_flush(emc_cache *c, void *stream);
 
 typedef struct emc_stats {
@@ -393,16 +419,19 @@ typedef struct emc_stats {
 
 /* Read counters (monotonic) and gauges (now). CUDA backend: read through a private stream
  * (lookup streams are not stalled); a call still running on the device may be half counted.
- * Errors: EMC_EINVAL (NULL), EMC_ECUDA. */
+ * Errors: EMC_EINVAL (NULL), EMC_ECUDA, EMC_EDEVMEM (CUDA backend: reading the device
+ * counters failed), EMC_ENOMEM (CUDA backend: a scratch buffer for the per-table counters).
+ * The host backend fails only on NULL. */
 EMC_API emc_status emc_get_stats(const emc_cache *c, emc_stats *out);
 
-/* Rows of table `table` resident now. Errors: EMC_EINVAL, EMC_ERANGE. */
+/* Rows of table `table` resident now. Errors: EMC_EINVAL (NULL), EMC_ERANGE (table),
+ * EMC_ECUDA, EMC_EDEVMEM (CUDA backend: reading the device counters failed). */
 EMC_API emc_status emc_get_table_rows_cached(const emc_cache *c, uint32_t table,
                                              uint64_t *out);
 
 /* The global key of (table, id) under this cache's codec, and the Huffman code of the
  * table (code right-aligned in *code, its length in *code_bits); any output may be NULL.
- * Errors: EMC_EINVAL, EMC_ERANGE (table, dense id >= rows). */
+ * Errors: EMC_EINVAL (NULL cache), EMC_ERANGE (table, dense id >= rows). */
 EMC_API emc_status emc_cache_global_key(const emc_cache *c, uint32_t table, uint64_t id,
                                         uint64_t *key, uint64_t *code, uint32_t *code_bits);
 

@@ -136,10 +136,10 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
                     (unsigned long long)cfg.unified_index_rows);
   EMC_TRY(pick_backend(&cfg));
 
-  if (!(c = calloc(1, sizeof *c))) return EMC_FAIL(EMC_ENOMEM, "cache");
-  rows = calloc(store->n_tables, sizeof *rows);
-  kinds = calloc(store->n_tables, sizeof *kinds);
-  names = calloc(store->n_tables, sizeof *names);
+  if (!(c = emc__calloc(1, sizeof *c))) return EMC_FAIL(EMC_ENOMEM, "cache");
+  rows = emc__calloc(store->n_tables, sizeof *rows);
+  kinds = emc__calloc(store->n_tables, sizeof *kinds);
+  names = emc__calloc(store->n_tables, sizeof *names);
   if (!rows || !kinds || !names) {
     st = EMC_FAIL(EMC_ENOMEM, "codec inputs");
     goto fail;

@@ -40,12 +40,12 @@ emc_status emc__host_create(emc_cache *c) {
   uint64_t p;
   emc__pool_geom g;
   emc_status st;
-  if (!(h = calloc(1, sizeof *h))) return EMC_FAIL(EMC_ENOMEM, "cache state");
+  if (!(h = emc__calloc(1, sizeof *h))) return EMC_FAIL(EMC_ENOMEM, "cache state");
   c->host = h;
-  h->layout = calloc(n, sizeof *h->layout);
-  h->partial_head = calloc(n, sizeof *h->partial_head);
-  h->rows_cached = calloc(n, sizeof *h->rows_cached);
-  h->hist = calloc(EMC__HIST_BUCKETS, sizeof *h->hist);
+  h->layout = emc__calloc(n, sizeof *h->layout);
+  h->partial_head = emc__calloc(n, sizeof *h->partial_head);
+  h->rows_cached = emc__calloc(n, sizeof *h->rows_cached);
+  h->hist = emc__calloc(EMC__HIST_BUCKETS, sizeof *h->hist);
   if (!h->layout || !h->partial_head || !h->rows_cached || !h->hist) {
     emc__host_destroy(c);
     return EMC_FAIL(EMC_ENOMEM, "cache tables");
@@ -231,7 +231,7 @@ static void admit_misses(emc_cache *c, const uint64_t *ids, const uint64_t *offs
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }
-  if (!(row = malloc(h->max_stride))) { /* one row (and state) of the widest table */
+  if (!(row = emc__malloc(h->max_stride))) { /* one row (and state) of the widest table */
     pthread_mutex_unlock(&h->lock);
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
@@ -293,8 +293,8 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   if (total > SIZE_MAX / (sizeof *keys + sizeof *kind))
     return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids overflows the address space",
                     (unsigned long long)total);
-  keys = malloc((size_t)total * sizeof *keys);
-  kind = malloc((size_t)total * sizeof *kind);
+  keys = emc__mallocn(total, sizeof *keys);
+  kind = emc__mallocn(total, sizeof *kind);
   if (!keys || !kind) {
     free(keys);
     free(kind);
@@ -371,7 +371,7 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
   uint32_t t;
   unsigned char *full_row;
   if (offsets[s->n_tables] == 0) return EMC_OK;
-  if (!(full_row = malloc(h->max_stride))) /* a row and its state, for admissions */
+  if (!(full_row = emc__malloc(h->max_stride))) /* a row and its state, for admissions */
     return EMC_FAIL(EMC_ENOMEM, "one row of %u bytes", h->max_stride);
   now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&h->lock);
@@ -553,9 +553,9 @@ emc_status emc__cache_check(emc_cache *c) {
   empty = emc__key_empty(ix->key_bits);
   tomb = emc__key_tomb(ix->key_bits);
   handles = (uint64_t)h->n_pages * h->max_slots;
-  per_table = calloc(c->store->n_tables, sizeof *per_table);
-  used = calloc(handles / 64 + 1, sizeof *used);
-  page_live = calloc(h->n_pages, sizeof *page_live);
+  per_table = emc__calloc(c->store->n_tables, sizeof *per_table);
+  used = emc__calloc(handles / 64 + 1, sizeof *used);
+  page_live = emc__calloc(h->n_pages, sizeof *page_live);
   if (!per_table || !used || !page_live) {
     free(per_table);
     free(used);

@@ -1,7 +1,6 @@
-/* error.c: status names and texts, the thread-local failure detail, allocation wrappers. */
+/* error.c: status names and texts, the thread-local failure detail. */
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -53,24 +52,4 @@ emc_status emc__fail(emc_status st, const char *func, const char *file, int line
   (void)line;
 #endif
   return st;
-}
-
-/* The big host allocations: lib/alloc.c picks the provider (jemalloc's mallocx on private
- * arenas when the process has libjemalloc loaded, else mmap / posix_memalign; posix_memalign
- * under AddressSanitizer) and says which in emc_host_allocator(). */
-unsigned emc__arena_create(void) { return emc__sys_arena_create(); }
-
-void emc__arena_destroy(unsigned arena) { emc__sys_arena_destroy(arena); }
-
-void *emc__alloc(size_t bytes, size_t align, int zero) { return emc__alloc_in(0, bytes, align, zero); }
-
-void *emc__alloc_in(unsigned arena, size_t bytes, size_t align, int zero) {
-  if (bytes == 0) bytes = 1;
-  if (align < 16) align = 16;
-  return emc__sys_alloc(arena, bytes, align, zero);
-}
-
-void emc__free(void *p, size_t bytes) {
-  (void)bytes;
-  emc__sys_free(p);
 }

@@ -32,16 +32,19 @@ emc_status emc__hix_create(emc__host_cache *h, uint32_t key_bits, uint64_t bucke
   ix->epoch = &h->repack_epoch;
   h->ix_slots = n;
   h->ix_bytes = (size_t)n * emc__index_entry_bytes(key_bits);
-  ix->keys = emc__alloc((size_t)n * kb, 64, 0);
-  ix->lm = emc__alloc((size_t)n * 8, 64, 0);
-  ix->stamps = emc__alloc((size_t)n * 2, 64, 1);
-  h->repack_keys = malloc(rs * 8);
-  h->repack_lm = malloc(rs * 8);
-  h->repack_stamps = malloc(rs * 2);
-  if (!ix->keys || !ix->lm || !ix->stamps || !h->repack_keys || !h->repack_lm ||
-      !h->repack_stamps)
-    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the index (%llu entries, %zu bytes)",
-                    (unsigned long long)n, h->ix_bytes);
+  /* each part on its own, so the detail names the one that failed */
+  if (!(ix->keys = emc__alloc((size_t)n * kb, 64, 0)))
+    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the index's keys (%zu bytes, %llu entries)",
+                    (size_t)n * kb, (unsigned long long)n);
+  if (!(ix->lm = emc__alloc((size_t)n * 8, 64, 0)))
+    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the index's entry words (%zu bytes)", (size_t)n * 8);
+  if (!(ix->stamps = emc__alloc((size_t)n * 2, 64, 1)))
+    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the index's stamps (%zu bytes)", (size_t)n * 2);
+  h->repack_keys = emc__mallocn(rs, 8);
+  h->repack_lm = emc__mallocn(rs, 8);
+  h->repack_stamps = emc__mallocn(rs, 2);
+  if (!h->repack_keys || !h->repack_lm || !h->repack_stamps)
+    return EMC_FAIL(EMC_ENOMEM, "cannot allocate the re-pack scratch (%zu bytes)", rs * 18);
   for (i = 0; i < n; i++) {
     emc__ix_set_key(ix, i, empty);
     ix->lm[i] = EMC__LM_FREE;

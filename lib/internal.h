@@ -7,9 +7,11 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "embcache.h"
 #include "emc_item.h"
+#include "emc_size.h"
 
 #if defined(__GNUC__)
 #define EMC_INTERNAL __attribute__((visibility("hidden")))
@@ -32,6 +34,34 @@ EMC_INTERNAL emc_status emc__fail(emc_status st, const char *func, const char *f
     emc_status emc_try_st_ = (expr);       \
     if (emc_try_st_ != EMC_OK) return emc_try_st_; \
   } while (0)
+
+/* ------------------------------------------------------------------ allocation (alloc.c)
+ * Every allocation of the library goes through these, so the test suite can make any one of
+ * them fail (emc__inject_*). Small structures: emc__malloc / emc__calloc, released with free().
+ * emc__calloc also fails (ENOMEM) when n * size overflows. */
+EMC_INTERNAL void *emc__malloc(size_t bytes);
+EMC_INTERNAL void *emc__calloc(size_t n, size_t size);
+/* emc__malloc of n elements of `size` bytes (uninitialised); NULL when n * size overflows. */
+EMC_INTERNAL void *emc__mallocn(uint64_t n, size_t size);
+/* fdopen and XXH64_createState, which allocate: NULL with errno = ENOMEM when injected. */
+EMC_INTERNAL FILE *emc__fdopen(int fd, const char *mode);
+struct XXH64_state_s;
+EMC_INTERNAL struct XXH64_state_s *emc__xxh64_create(void);
+
+/* Failure injection, for tests (not part of the public contract; process-wide).
+ * emc__inject_arm: from now on every failure point (each allocation above, each fdopen, each
+ * XXH64 state) asking for >= min_bytes bytes counts itself, 0, 1, 2, ...; point number
+ * fail_at fails as if memory ran out (and every later one too when sticky; fail_at < 0: none
+ * fails, points are only counted). emc__inject_disarm stops it and returns the number of
+ * points counted. emc__inject_failed: failures injected since arming; emc__inject_last: the
+ * kind ("malloc", "calloc", "mallocx", "fdopen", "XXH64_createState") and size of the last. */
+EMC_INTERNAL void emc__inject_arm(long long fail_at, size_t min_bytes, int sticky);
+EMC_INTERNAL long long emc__inject_disarm(void);
+EMC_INTERNAL long long emc__inject_count(void);
+EMC_INTERNAL long long emc__inject_failed(void);
+EMC_INTERNAL const char *emc__inject_last(size_t *bytes);
+/* 1 when this failure point must fail (errno is then ENOMEM). Disarmed: one relaxed load. */
+EMC_INTERNAL int emc__inject_fail(const char *what, size_t bytes);
 
 /* Big host allocations: jemalloc's mallocx/dallocx on the library's own arena where the
  * process has libjemalloc loaded (so they never mix with the application's malloc), else mmap /
@@ -116,6 +146,10 @@ EMC_INTERNAL emc_status emc__table_init(emc_store *s, uint32_t i, const emc_tabl
 EMC_INTERNAL void emc__store_free(emc_store *s);
 /* Hashed: distinct ids of ids[0..n) absent from t; (uint64_t)-1 if scratch memory fails. */
 EMC_INTERNAL uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n);
+
+/* store_io.c: 1 makes emc_store_save write to a named temporary, as it does where O_TMPFILE is
+ * not supported (tests of that path; set before any save runs). */
+EMC_INTERNAL extern int emc__save_named_temp;
 
 /* Attach/detach a cache: EMC_EUNSUPPORTED if one is attached already. */
 EMC_INTERNAL emc_status emc__store_attach(emc_store *s);

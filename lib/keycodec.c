@@ -44,9 +44,9 @@ static int cmp_sym_w(const void *a, const void *b) {
 /* Huffman code lengths of n >= 2 symbols into len[]. Nodes: leaves 0..n-1 (in sorted order),
  * internal n..2n-2; parent[] links; depths computed top-down. */
 static emc_status huffman_lengths(const uint64_t *w, uint32_t n, uint32_t *len) {
-  sym_w *leaf = calloc(n, sizeof *leaf);
-  uint64_t *nw = calloc(2u * n, sizeof *nw);
-  uint32_t *parent = calloc(2u * n, sizeof *parent), *depth = calloc(2u * n, sizeof *depth);
+  sym_w *leaf = emc__calloc(n, sizeof *leaf);
+  uint64_t *nw = emc__calloc(2u * n, sizeof *nw);
+  uint32_t *parent = emc__calloc(2u * n, sizeof *parent), *depth = emc__calloc(2u * n, sizeof *depth);
   uint32_t i, lq = 0, iq = n, next = n;
   if (!leaf || !nw || !parent || !depth) {
     free(leaf); free(nw); free(parent); free(depth);
@@ -86,7 +86,7 @@ static int cmp_sym_l(const void *a, const void *b) {
 
 /* Canonical codes for lengths len[0..n) (all in 1..63, Kraft sum <= 1). */
 static emc_status canonical_codes(const uint32_t *len, uint32_t n, uint64_t *code) {
-  sym_l *s = calloc(n, sizeof *s);
+  sym_l *s = emc__calloc(n, sizeof *s);
   uint64_t c = 0;
   uint32_t i, prev = 0;
   if (!s) return EMC_FAIL(EMC_ENOMEM, "cannot allocate %u symbols", n);
@@ -133,11 +133,11 @@ emc_status emc__codec_build_named(const uint64_t *rows, const emc_table_kind *ki
       return EMC_FAIL(EMC_EINVAL, "table %u has kind %d", i, (int)kinds[i]);
   }
 
-  len = calloc(n, sizeof *len);
-  bits = calloc(n, sizeof *bits);
-  w = calloc(n, sizeof *w);
-  code = calloc(n, sizeof *code);
-  tc = calloc(n_tables, sizeof *tc);
+  len = emc__calloc(n, sizeof *len);
+  bits = emc__calloc(n, sizeof *bits);
+  w = emc__calloc(n, sizeof *w);
+  code = emc__calloc(n, sizeof *code);
+  tc = emc__calloc(n_tables, sizeof *tc);
   if (!len || !bits || !w || !code || !tc) {
     st = EMC_FAIL(EMC_ENOMEM, "cannot allocate codec for %u tables", n_tables);
     goto done;

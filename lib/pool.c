@@ -30,8 +30,8 @@ emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_l
     hashed |= tb->kind == EMC_TABLE_HASHED;
   }
   /* the thresholds: products of a size_t and a float below 1, never above capacity_bytes */
-  g->high_bytes = (uint64_t)((double)cap * c->cfg.evict_high);
-  g->low_bytes = (uint64_t)((double)cap * c->cfg.evict_low);
+  g->high_bytes = emc__u64_scale(cap, c->cfg.evict_high);
+  g->low_bytes = emc__u64_scale(cap, c->cfg.evict_low);
   if (g->high_bytes > cap) g->high_bytes = cap;
   if (g->low_bytes >= g->high_bytes) g->low_bytes = g->high_bytes ? g->high_bytes - 1 : 0;
   if (g->high_bytes < max_stride || g->low_bytes == 0)
@@ -54,7 +54,7 @@ emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_l
   }
   /* Enough pages for capacity_bytes of rows in the least dense layout, plus one partly used
    * page per table (no overflow: divide before adding). */
-  p = cap / min_page_rows_bytes + (cap % min_page_rows_bytes != 0) + n;
+  p = emc__u64_div_ceil(cap, min_page_rows_bytes) + n;
   if (p > EMC__LOC_MAX || p * g->max_slots > EMC__LOC_MAX)
     return EMC_FAIL(EMC_EINVAL,
                     "capacity_bytes %zu needs %llu pages of %u slots: slot handles must stay "

@@ -72,7 +72,7 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
     snprintf(buf, sizeof buf, "t%u", i);
     nm = buf;
   }
-  t->name = malloc(strlen(nm) + 1);
+  t->name = emc__malloc(strlen(nm) + 1);
   if (!t->name) return EMC_FAIL(EMC_ENOMEM, "table %u: name", i);
   strcpy(t->name, nm);
   t->kind = d->kind;
@@ -84,21 +84,26 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
   t->full_bytes = emc__full_bytes(t->row_bytes, t->state);
   t->stride = (uint32_t)emc__row_stride(t->full_bytes);
   t->rows = d->rows;
-  if (t->rows > SIZE_MAX / t->stride)
+  if (!emc__size_mul64(t->rows, t->stride, &t->base_bytes))
     return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): %llu rows of %u bytes overflow", i, t->name,
                     (unsigned long long)t->rows, t->stride);
-  t->base_bytes = (size_t)(t->rows * t->stride);
   t->base = emc__alloc_in(s->arena, t->base_bytes, 64, 1);
   if (!t->base)
     return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate %zu bytes of rows", i, t->name,
                     t->base_bytes);
   if (t->kind == EMC_TABLE_HASHED) {
-    uint64_t cap = 16;
-    while (cap < 2 * t->rows) cap <<= 1;
+    /* map_cap and the map sizes are set only once all three fit, so table_free never frees
+     * with a size that was not allocated */
+    uint64_t cap = emc__u64_pow2_at_least(2 * t->rows, 16); /* rows <= 2^40: no wrap */
+    size_t map_bytes, ids_bytes;
+    if (cap == 0 || !emc__size_mul64(cap, sizeof(uint64_t), &map_bytes) ||
+        !emc__size_mul64(t->rows, sizeof(uint64_t), &ids_bytes))
+      return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): the id map of %llu rows overflows", i,
+                      t->name, (unsigned long long)t->rows);
     t->map_cap = cap;
-    t->map_ids = emc__alloc_in(s->arena, cap * sizeof(uint64_t), 64, 1);
-    t->map_rowp1 = emc__alloc_in(s->arena, cap * sizeof(uint64_t), 64, 1);
-    t->row_ids = emc__alloc_in(s->arena, t->rows * sizeof(uint64_t), 64, 1);
+    t->map_ids = emc__alloc_in(s->arena, map_bytes, 64, 1);
+    t->map_rowp1 = emc__alloc_in(s->arena, map_bytes, 64, 1);
+    t->row_ids = emc__alloc_in(s->arena, ids_bytes, 64, 1);
     if (!t->map_ids || !t->map_rowp1 || !t->row_ids)
       return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate the id map of %llu slots", i,
                       t->name, (unsigned long long)cap);
@@ -108,10 +113,10 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
 
 /* An empty store shell of n tables (no table memory yet). */
 emc_status emc__store_shell(uint32_t n_tables, emc_store **out) {
-  emc_store *s = calloc(1, sizeof *s);
+  emc_store *s = emc__calloc(1, sizeof *s);
   if (!s) return EMC_FAIL(EMC_ENOMEM, "store");
-  s->tables = calloc(n_tables, sizeof *s->tables);
-  s->stripes = calloc(EMC__STORE_STRIPES, sizeof *s->stripes);
+  s->tables = emc__calloc(n_tables, sizeof *s->tables);
+  s->stripes = emc__calloc(EMC__STORE_STRIPES, sizeof *s->stripes);
   if (!s->tables || !s->stripes || pthread_mutex_init(&s->lock, NULL) != 0) {
     free(s->tables);
     free(s->stripes);
@@ -280,20 +285,25 @@ void emc__store_detach(emc_store *s) {
 emc_status emc__check_offsets(const emc_store *s, const uint64_t *offsets, uint64_t *total_ids,
                               size_t *bytes) {
   uint32_t t;
-  size_t b = 0;
+  size_t b = 0, ids_bytes;
   if (!s || !offsets) return EMC_FAIL(EMC_EINVAL, "store or offsets is NULL");
   if (offsets[0] != 0)
     return EMC_FAIL(EMC_EINVAL, "offsets[0] = %llu, must be 0", (unsigned long long)offsets[0]);
   for (t = 0; t < s->n_tables; t++) {
     uint64_t n;
+    size_t seg;
     if (offsets[t + 1] < offsets[t])
       return EMC_FAIL(EMC_EINVAL, "offsets decrease at table %u (%llu < %llu)", t,
                       (unsigned long long)offsets[t + 1], (unsigned long long)offsets[t]);
     n = offsets[t + 1] - offsets[t];
-    if (n > (SIZE_MAX - b) / s->tables[t].row_bytes)
+    if (!emc__size_mul64(n, s->tables[t].row_bytes, &seg) || !emc__size_add(b, seg, &b))
       return EMC_FAIL(EMC_EINVAL, "batch byte size overflows at table %u", t);
-    b += (size_t)n * s->tables[t].row_bytes;
   }
+  /* the ids array (8 bytes per id) must be possible at all: offsets claiming more ids than an
+   * address space holds would make every size derived from them wrap */
+  if (!emc__size_mul64(offsets[s->n_tables], sizeof(uint64_t), &ids_bytes))
+    return EMC_FAIL(EMC_EINVAL, "offsets declare %llu ids, more than an address space holds",
+                    (unsigned long long)offsets[s->n_tables]);
   if (total_ids) *total_ids = offsets[s->n_tables];
   if (bytes) *bytes = b;
   return EMC_OK;
@@ -354,6 +364,15 @@ emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, float lo,
   return EMC_OK;
 }
 
+/* n ids (8 bytes each) and n packed rows must be buffers an address space can hold. */
+static emc_status check_buffers(const emc__table *t, size_t n) {
+  size_t b;
+  if (!emc__size_mul(n, sizeof(uint64_t), &b) || !emc__size_mul(n, t->row_bytes, &b))
+    return EMC_FAIL(EMC_EINVAL, "n = %zu ids of %u-byte rows: more than an address space holds",
+                    n, t->row_bytes);
+  return EMC_OK;
+}
+
 /* Lock the store for a direct write; fails if a cache is attached. */
 static emc_status lock_for_write(emc_store *s) {
   pthread_mutex_lock(&s->lock);
@@ -376,7 +395,7 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
     return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
   EMC_TRY(check_bounds(lo, hi));
   t = &s->tables[table];
-  buf = malloc(t->stride);
+  buf = emc__malloc(t->stride);
   if (!buf) return EMC_FAIL(EMC_ENOMEM, "row buffer");
   {
     emc_status st = lock_for_write(s);
@@ -399,11 +418,14 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
 /* Hashed: number of distinct ids in ids[0..n) absent from the table (for the capacity check).
  * Returns (uint64_t)-1 when the scratch set cannot be allocated. */
 uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n) {
-  uint64_t cap = 16, *set, *used, fresh = 0;
-  size_t i;
-  while (cap < 2 * (uint64_t)n) cap <<= 1;
-  set = malloc(cap * sizeof *set);
-  used = calloc(cap / 64 + 1, sizeof *used);
+  uint64_t cap, *set, *used, fresh = 0;
+  size_t i, set_bytes;
+  /* a set of >= 2n slots: 2n and its bytes must not wrap (n comes from the caller) */
+  if ((uint64_t)n > (UINT64_MAX >> 2)) return (uint64_t)-1;
+  cap = emc__u64_pow2_at_least(2 * (uint64_t)n, 16);
+  if (cap == 0 || !emc__size_mul64(cap, sizeof *set, &set_bytes)) return (uint64_t)-1;
+  set = emc__malloc(set_bytes);
+  used = emc__calloc((size_t)(cap / 64 + 1), sizeof *used);
   if (!set || !used) {
     free(set);
     free(used);
@@ -440,6 +462,7 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
   if (n == 0) return EMC_OK;
   if (!ids || !rows) return EMC_FAIL(EMC_EINVAL, "ids or rows is NULL with n = %zu", n);
   t = &s->tables[table];
+  EMC_TRY(check_buffers(t, n));
   EMC_TRY(lock_for_write(s));
   if (t->kind == EMC_TABLE_DENSE) {
     for (i = 0; i < n; i++)
@@ -482,6 +505,7 @@ emc_status emc_store_read(const emc_store *s, uint32_t table, const uint64_t *id
   if (n == 0) return EMC_OK;
   if (!ids || !rows) return EMC_FAIL(EMC_EINVAL, "ids or rows is NULL with n = %zu", n);
   t = &s->tables[table];
+  EMC_TRY(check_buffers(t, n));
   if (t->kind == EMC_TABLE_DENSE) {
     for (i = 0; i < n; i++)
       if (ids[i] >= t->rows)
@@ -518,7 +542,7 @@ emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64
       if (ids[i] >= t->rows)
         return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): ids[%zu] = %llu >= rows %llu", table,
                         t->name, i, (unsigned long long)ids[i], (unsigned long long)t->rows);
-  if (!(buf = malloc(t->stride))) return EMC_FAIL(EMC_ENOMEM, "row buffer");
+  if (!(buf = emc__malloc(t->stride))) return EMC_FAIL(EMC_ENOMEM, "row buffer");
   for (i = 0; i < n; i++) {
     int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)ids[i] : emc__store_find(t, ids[i]);
     float v = 0.0f;

@@ -9,12 +9,12 @@
  *     uint32   n_tables       1 .. EMC_MAX_TABLES
  *     uint64   desc_bytes     bytes of the descriptor section, checksum excluded
  *     uint64   file_bytes     bytes of the whole file
- *     uint64   reserved[3]    0
+ *     uint64   reserved[3]    0 (anything else: refused as foreign, EMC_ECORRUPT)
  *     uint64   xxh64          of the 56 bytes above
  *   descriptor section: n_tables records, then uint64 xxh64
  *     uint32 kind, uint32 dtype, uint32 dim, uint32 name_len (<= 255),
  *     uint64 rows (dense: rows; hashed: capacity), uint64 count (rows present),
- *     uint64 data_bytes, name (name_len bytes, no NUL), zero padding to 8 bytes
+ *     uint64 data_bytes, name (name_len bytes, no NUL), zero padding to 8 bytes (checked)
  *   one data section per table, then uint64 xxh64
  *     hashed: count ids (uint64), then count rows; dense: rows rows.
  *     Rows are packed (dim * dtype size bytes each), in row order.
@@ -23,13 +23,16 @@
  * checksum while loading into a fresh store; any failure frees everything, so a store is
  * returned whole or not at all.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_TMPFILE, AT_EMPTY_PATH */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -71,40 +74,143 @@ static uint64_t table_data_bytes(const emc__table *t, uint64_t count) {
 }
 static uint32_t pad8(uint32_t n) { return (8u - (n & 7u)) & 7u; }
 
-emc_status emc_store_save(const emc_store *s, const char *path) {
-  char *tmp;
-  wr w = {0};
+/* ----------------------------------------------------------------- save
+ * A save never exposes a partial file at `path`, and leaves no file behind when it fails or
+ * is killed:
+ *   1. the store is written to an unnamed file in path's directory (O_TMPFILE), fsynced;
+ *   2. the file gets a unique temporary name there (linkat through /proc/self/fd, or
+ *      AT_EMPTY_PATH), which is renamed over `path` at once; then the directory is fsynced.
+ * A process killed before step 2 leaves nothing (the unnamed file vanishes with it); only a
+ * kill between linkat and rename, two system calls apart, leaves a named temporary.
+ * Where O_TMPFILE is not supported (or the file cannot be linked), step 1 writes to a named
+ * temporary created with O_EXCL instead. Temporaries are named "<name>.tmp-<pid>-<hex>", so
+ * saves from several threads or processes never share one; each save first removes
+ * temporaries of <name> left by processes that no longer exist.
+ * Concurrent saves to one path: each writes its own file and the last rename wins; the path
+ * always holds one complete store. */
+
+/* Tests set this to take the named-temporary path, as on a filesystem without O_TMPFILE. */
+int emc__save_named_temp = 0;
+
+#define IO_STATUS(e) ((e) == ENOMEM ? EMC_ENOMEM : EMC_EIO)
+
+typedef struct save_names {
+  char *dir;  /* directory of path ("." when path has no slash) */
+  char *base; /* last component of path (points into a copy) */
+  char *tmp;  /* buffer for "<path>.tmp-<pid>-<16 hex>" */
+  size_t tmp_cap;
+} save_names;
+
+static void names_free(save_names *n) {
+  free(n->dir);
+  free(n->tmp);
+  memset(n, 0, sizeof *n);
+}
+
+static emc_status names_init(save_names *n, const char *path) {
+  size_t len = strlen(path), cap;
+  const char *slash = strrchr(path, '/');
+  memset(n, 0, sizeof *n);
+  if (len == 0 || path[len - 1] == '/') return EMC_FAIL(EMC_EIO, "'%s' names a directory", path);
+  if (!emc__size_add(len, 64, &cap)) return EMC_FAIL(EMC_EINVAL, "path is too long");
+  n->dir = emc__malloc(cap);
+  n->tmp = emc__malloc(cap);
+  if (!n->dir || !n->tmp) {
+    names_free(n);
+    return EMC_FAIL(EMC_ENOMEM, "path buffers of %zu bytes", cap);
+  }
+  n->tmp_cap = cap;
+  if (!slash) {
+    strcpy(n->dir, ".");
+    n->base = n->dir + 2;
+    strcpy(n->base, path);
+  } else {
+    size_t dl = (size_t)(slash - path);
+    if (dl == 0) dl = 1; /* "/x": the root */
+    memcpy(n->dir, path, dl);
+    n->dir[dl] = 0;
+    n->base = n->dir + dl + 1;
+    strcpy(n->base, slash + 1);
+  }
+  return EMC_OK;
+}
+
+/* A fresh temporary name for path: unique per process, thread and call (the caller still
+ * creates or links it exclusively and retries on EEXIST). */
+static void next_tmp_name(save_names *n, const char *path) {
+  static uint64_t counter;
+  uint64_t k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+  uint64_t r = emc__fmix64(k ^ ((uint64_t)(uintptr_t)&k << 17) ^ (uint64_t)time(NULL) ^
+                           ((uint64_t)getpid() << 40));
+  snprintf(n->tmp, n->tmp_cap, "%s.tmp-%ld-%016llx", path, (long)getpid(), (unsigned long long)r);
+}
+
+/* Remove "<base>.tmp-<pid>-..." (and the older "<base>.tmp.<pid>") in dir whose process is
+ * gone. Best effort: errors are ignored. */
+static void remove_stale_temps(const save_names *n) {
+  DIR *d = opendir(n->dir);
+  struct dirent *e;
+  size_t bl = strlen(n->base);
+  if (!d) return;
+  while ((e = readdir(d)) != NULL) {
+    const char *q = e->d_name;
+    char *end;
+    long pid;
+    if (strncmp(q, n->base, bl) != 0 || strncmp(q + bl, ".tmp", 4) != 0) continue;
+    q += bl + 4;
+    if (*q != '-' && *q != '.') continue;
+    errno = 0;
+    pid = strtol(q + 1, &end, 10);
+    if (errno || end == q + 1 || pid <= 0 || (*end != '-' && *end != 0)) continue;
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    (void)unlinkat(dirfd(d), e->d_name, 0);
+  }
+  closedir(d);
+}
+
+/* Give the unnamed file fd the name n->tmp (fresh). 0, or an errno. */
+static int link_tmpfile(int fd, save_names *n, const char *path) {
+  char proc[64];
+  int tries, e = 0;
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  for (tries = 0; tries < 64; tries++) {
+    next_tmp_name(n, path);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, n->tmp, AT_SYMLINK_FOLLOW) == 0) return 0;
+    e = errno;
+    if (e == ENOENT && linkat(fd, "", AT_FDCWD, n->tmp, AT_EMPTY_PATH) == 0) return 0; /* no /proc */
+    if (e != EEXIST) return e;
+  }
+  return e;
+}
+
+/* Create a named temporary next to path (O_EXCL, mode 0666 less the umask, as fopen would). */
+static int create_named_temp(save_names *n, const char *path) {
+  int tries, fd = -1;
+  for (tries = 0; tries < 64; tries++) {
+    next_tmp_name(n, path);
+    fd = open(n->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
+  return fd;
+}
+
+/* fsync a directory so a rename in it is durable. 0, or an errno (EINVAL: the filesystem
+ * cannot sync directories, which is not an error). */
+static int sync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), e = 0;
+  if (fd < 0) return errno;
+  if (fsync(fd) != 0 && errno != EINVAL) e = errno;
+  close(fd);
+  return e;
+}
+
+/* Write the whole file to w->f and fsync it. Returns EMC_OK or the status (detail set). */
+static emc_status write_store(const emc_store *s, wr *w, const uint64_t *counts,
+                              uint64_t desc_bytes, uint64_t file_bytes, const char *what) {
   uint32_t i;
-  uint64_t desc_bytes = 0, file_bytes, *counts;
   unsigned char hdr[EMC__HDR_BYTES], *row = NULL;
-  emc_status st = EMC_OK;
   static const unsigned char zeros[8] = {0};
-
-  if (!s || !path) return EMC_FAIL(EMC_EINVAL, "s or path is NULL");
-  counts = calloc(s->n_tables, sizeof *counts);
-  tmp = malloc(strlen(path) + 32);
-  w.h = XXH64_createState();
-  if (!counts || !tmp || !w.h) {
-    st = EMC_FAIL(EMC_ENOMEM, "save buffers");
-    goto out;
-  }
-  /* Sizes first (a hashed table's count is sampled once: rows added later are not saved). */
-  file_bytes = EMC__HDR_BYTES;
-  for (i = 0; i < s->n_tables; i++) {
-    const emc__table *t = &s->tables[i];
-    uint32_t nl = (uint32_t)strlen(t->name);
-    counts[i] = table_count(t);
-    desc_bytes += EMC__DESC_FIXED + nl + pad8(nl);
-    file_bytes += table_data_bytes(t, counts[i]) + 8u;
-  }
-  file_bytes += desc_bytes + 8u;
-
-  sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-  w.f = fopen(tmp, "wb");
-  if (!w.f) {
-    st = EMC_FAIL(EMC_EIO, "cannot create '%s': %s", tmp, strerror(errno));
-    goto out;
-  }
+  emc_status st = EMC_OK;
   /* header */
   memset(hdr, 0, sizeof hdr);
   memcpy(hdr, EMC__FILE_MAGIC, 8);
@@ -119,57 +225,127 @@ emc_status emc_store_save(const emc_store *s, const char *path) {
     memcpy(hdr + 56, &d, 8);
   }
   {
-    XXH64_state_t *h = w.h;
-    w.h = NULL;
-    wr_bytes(&w, hdr, sizeof hdr);
-    w.h = h;
-    XXH64_reset(w.h, 0);
+    XXH64_state_t *h = w->h;
+    w->h = NULL;
+    wr_bytes(w, hdr, sizeof hdr);
+    w->h = h;
+    XXH64_reset(w->h, 0);
   }
   /* descriptors */
   for (i = 0; i < s->n_tables; i++) {
     const emc__table *t = &s->tables[i];
     uint32_t nl = (uint32_t)strlen(t->name);
-    wr_u32(&w, (uint32_t)t->kind);
-    wr_u32(&w, (uint32_t)t->dtype);
-    wr_u32(&w, t->dim);
-    wr_u32(&w, nl);
-    wr_u64(&w, t->rows);
-    wr_u64(&w, counts[i]);
-    wr_u64(&w, table_data_bytes(t, counts[i]));
-    wr_bytes(&w, t->name, nl);
-    wr_bytes(&w, zeros, pad8(nl));
+    wr_u32(w, (uint32_t)t->kind);
+    wr_u32(w, (uint32_t)t->dtype);
+    wr_u32(w, t->dim);
+    wr_u32(w, nl);
+    wr_u64(w, t->rows);
+    wr_u64(w, counts[i]);
+    wr_u64(w, table_data_bytes(t, counts[i]));
+    wr_bytes(w, t->name, nl);
+    wr_bytes(w, zeros, pad8(nl));
   }
-  wr_sum(&w);
+  wr_sum(w);
   /* data */
-  for (i = 0; i < s->n_tables && !w.err; i++) {
+  for (i = 0; i < s->n_tables && !w->err; i++) {
     const emc__table *t = &s->tables[i];
     uint64_t r;
     free(row);
-    row = malloc(t->stride);
+    row = emc__malloc(t->stride);
     if (!row) {
       st = EMC_FAIL(EMC_ENOMEM, "row buffer");
       break;
     }
     if (t->kind == EMC_TABLE_HASHED)
-      for (r = 0; r < counts[i]; r++) wr_u64(&w, EMC_LD_RELAXED(&t->row_ids[r]));
-    for (r = 0; r < counts[i] && !w.err; r++) {
+      for (r = 0; r < counts[i]; r++) wr_u64(w, EMC_LD_RELAXED(&t->row_ids[r]));
+    for (r = 0; r < counts[i] && !w->err; r++) {
       emc__store_row_read(s, i, r, row);
-      wr_bytes(&w, row, t->row_bytes);
+      wr_bytes(w, row, t->row_bytes);
     }
-    wr_sum(&w);
+    wr_sum(w);
   }
-  if (st == EMC_OK && !w.err && fflush(w.f) != 0) w.err = errno ? errno : EIO;
-  if (st == EMC_OK && !w.err && fsync(fileno(w.f)) != 0) w.err = errno ? errno : EIO;
-  if (fclose(w.f) != 0 && !w.err) w.err = errno ? errno : EIO;
-  w.f = NULL;
-  if (st == EMC_OK && w.err) st = EMC_FAIL(EMC_EIO, "writing '%s': %s", tmp, strerror(w.err));
-  if (st == EMC_OK && rename(tmp, path) != 0)
-    st = EMC_FAIL(EMC_EIO, "rename '%s' -> '%s': %s", tmp, path, strerror(errno));
-  if (st != EMC_OK) remove(tmp);
-out:
   free(row);
-  free(tmp);
+  if (st != EMC_OK) return st;
+  if (!w->err && fflush(w->f) != 0) w->err = errno ? errno : EIO;
+  if (!w->err && fsync(fileno(w->f)) != 0) w->err = errno ? errno : EIO;
+  if (w->err) return EMC_FAIL(IO_STATUS(w->err), "writing %s: %s", what, strerror(w->err));
+  return EMC_OK;
+}
+
+emc_status emc_store_save(const emc_store *s, const char *path) {
+  save_names nm = {0};
+  wr w = {0};
+  uint32_t i;
+  uint64_t desc_bytes = 0, file_bytes, *counts = NULL;
+  int fd = -1, named = 0, e;
+  emc_status st = EMC_OK;
+
+  if (!s || !path) return EMC_FAIL(EMC_EINVAL, "s or path is NULL");
+  EMC_TRY(names_init(&nm, path));
+  counts = emc__calloc(s->n_tables, sizeof *counts);
+  w.h = emc__xxh64_create();
+  if (!counts || !w.h) {
+    st = EMC_FAIL(EMC_ENOMEM, "save buffers");
+    goto out;
+  }
+  /* Sizes first (a hashed table's count is sampled once: rows added later are not saved). */
+  file_bytes = EMC__HDR_BYTES;
+  for (i = 0; i < s->n_tables; i++) {
+    const emc__table *t = &s->tables[i];
+    uint32_t nl = (uint32_t)strlen(t->name);
+    counts[i] = table_count(t);
+    desc_bytes += EMC__DESC_FIXED + nl + pad8(nl);
+    file_bytes += table_data_bytes(t, counts[i]) + 8u;
+  }
+  file_bytes += desc_bytes + 8u;
+
+  remove_stale_temps(&nm);
+  /* 1. the file, unnamed where the filesystem allows */
+  if (!emc__save_named_temp) fd = open(nm.dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    e = errno;
+    if (!emc__save_named_temp && e != EOPNOTSUPP && e != EISDIR && e != EINVAL) {
+      st = EMC_FAIL(IO_STATUS(e), "cannot create a file in '%s' for '%s': %s", nm.dir, path,
+                    strerror(e));
+      goto out;
+    }
+    if ((fd = create_named_temp(&nm, path)) < 0) {
+      e = errno;
+      st = EMC_FAIL(IO_STATUS(e), "cannot create '%s': %s", nm.tmp, strerror(e));
+      goto out;
+    }
+    named = 1;
+  }
+  if (!(w.f = emc__fdopen(fd, "wb"))) {
+    e = errno;
+    close(fd);
+    st = EMC_FAIL(IO_STATUS(e), "cannot open a stream on the file for '%s': %s", path, strerror(e));
+    goto out;
+  }
+  st = write_store(s, &w, counts, desc_bytes, file_bytes, named ? nm.tmp : "the new file");
+  /* 2. a name, then the path */
+  if (st == EMC_OK && !named) {
+    if ((e = link_tmpfile(fileno(w.f), &nm, path)) != 0)
+      st = EMC_FAIL(IO_STATUS(e), "cannot link the new file into '%s': %s", nm.dir, strerror(e));
+    else
+      named = 1;
+  }
+  if (st == EMC_OK && rename(nm.tmp, path) != 0) {
+    e = errno;
+    st = EMC_FAIL(IO_STATUS(e), "rename '%s' -> '%s': %s", nm.tmp, path, strerror(e));
+  }
+  if (st != EMC_OK && named) unlink(nm.tmp);
+  if (fclose(w.f) != 0 && st == EMC_OK) {
+    e = errno; /* the data was fsynced: a close error here would be unusual */
+    st = EMC_FAIL(IO_STATUS(e), "closing '%s': %s", path, strerror(e));
+  }
+  w.f = NULL;
+  if (st == EMC_OK && (e = sync_dir(nm.dir)) != 0)
+    st = EMC_FAIL(IO_STATUS(e), "'%s' is in place, but fsync of its directory '%s' failed: %s",
+                  path, nm.dir, strerror(e));
+out:
   free(counts);
+  names_free(&nm);
   if (w.h) XXH64_freeState(w.h);
   return st;
 }
@@ -224,20 +400,23 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   if (!path || !out) return EMC_FAIL(EMC_EINVAL, "path or out is NULL");
   {
     /* O_NONBLOCK: opening a FIFO must not wait for a writer; the mode check rejects it */
-    int fdn = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fdn < 0) return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(errno));
+    int fdn = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), e;
+    if (fdn < 0) {
+      e = errno;
+      return EMC_FAIL(IO_STATUS(e), "cannot open '%s': %s", path, strerror(e));
+    }
     if (fstat(fdn, &sb) != 0 || !S_ISREG(sb.st_mode)) {
       close(fdn);
       return EMC_FAIL(EMC_EIO, "'%s' is not a regular file", path);
     }
-    if (fcntl(fdn, F_SETFL, fcntl(fdn, F_GETFL) & ~O_NONBLOCK) != 0 || !(r.f = fdopen(fdn, "rb"))) {
-      int e = errno;
+    if (fcntl(fdn, F_SETFL, fcntl(fdn, F_GETFL) & ~O_NONBLOCK) != 0 || !(r.f = emc__fdopen(fdn, "rb"))) {
+      e = errno;
       close(fdn);
-      return EMC_FAIL(EMC_EIO, "cannot open '%s': %s", path, strerror(e));
+      return EMC_FAIL(IO_STATUS(e), "cannot open '%s': %s", path, strerror(e));
     }
   }
   r.left = (uint64_t)sb.st_size;
-  r.h = XXH64_createState();
+  r.h = emc__xxh64_create();
   if (!r.h) {
     fclose(r.f);
     return EMC_FAIL(EMC_ENOMEM, "hash state");
@@ -270,6 +449,13 @@ emc_status emc_store_open(const char *path, emc_store **out) {
                   EMC__FILE_VERSION);
     goto fail;
   }
+  /* Version 1 writes zeros there: anything else is a file of another writer or a later format
+   * that this reader would misread, so it is foreign, not ignored. */
+  for (i = 32; i < 56; i++)
+    if (hdr[i] != 0) {
+      st = EMC_FAIL(EMC_ECORRUPT, "reserved header byte %u is 0x%02x, must be 0", i, hdr[i]);
+      goto fail;
+    }
   if (n_tables == 0 || n_tables > EMC_MAX_TABLES || file_bytes != (uint64_t)sb.st_size ||
       desc_bytes > file_bytes ||
       desc_bytes < (uint64_t)n_tables * EMC__DESC_FIXED) {
@@ -279,7 +465,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   }
 
   /* descriptors, checked for consistency before any table memory is allocated */
-  fd = calloc(n_tables, sizeof *fd);
+  fd = emc__calloc(n_tables, sizeof *fd);
   if (!fd) {
     st = EMC_FAIL(EMC_ENOMEM, "descriptors");
     goto fail;
@@ -290,6 +476,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       unsigned char fx[EMC__DESC_FIXED], pad[8];
       emc_table_desc td = {0};
       uint64_t rb, want;
+      uint32_t k;
       if ((st = rd_bytes(&r, fx, sizeof fx, "descriptors")) != EMC_OK) goto fail;
       memcpy(&fd[i].kind, fx, 4);
       memcpy(&fd[i].dtype, fx + 4, 4);
@@ -304,6 +491,12 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       }
       if ((st = rd_bytes(&r, fd[i].name, fd[i].name_len, "descriptors")) != EMC_OK) goto fail;
       if ((st = rd_bytes(&r, pad, pad8(fd[i].name_len), "descriptors")) != EMC_OK) goto fail;
+      for (k = 0; k < pad8(fd[i].name_len); k++)
+        if (pad[k] != 0) {
+          st = EMC_FAIL(EMC_ECORRUPT, "table %u: name padding byte %u is 0x%02x, must be 0", i, k,
+                        pad[k]);
+          goto fail;
+        }
       fd[i].name[fd[i].name_len] = 0;
       seen += EMC__DESC_FIXED + fd[i].name_len + pad8(fd[i].name_len);
       td.name = fd[i].name;
@@ -361,7 +554,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
     if ((st = emc__table_init(s, i, &td)) != EMC_OK) goto fail;
     t = &s->tables[i];
     free(row);
-    row = malloc(t->stride);
+    row = emc__malloc(t->stride);
     if (!row) {
       st = EMC_FAIL(EMC_ENOMEM, "row buffer");
       goto fail;

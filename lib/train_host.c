@@ -46,7 +46,7 @@ static emc_status dd_init(dd_scratch *d, const uint64_t *offsets, uint32_t n_tab
     if (offsets[t + 1] - offsets[t] > most) most = offsets[t + 1] - offsets[t];
   while (cap < 2 * most) cap <<= 1;
   d->set_cap = cap;
-  d->set = malloc(cap * sizeof *d->set); /* most < 2^32 (checked by the callers) */
+  d->set = emc__mallocn(cap, sizeof *d->set); /* most < 2^32 (checked by the callers) */
   if (!d->set) return EMC_FAIL(EMC_ENOMEM, "dedup set of %llu slots", (unsigned long long)cap);
   return EMC_OK;
 }
@@ -89,8 +89,8 @@ emc_status emc__dedup_batch(uint32_t n_tables, const uint64_t *ids, const uint64
     return EMC_OK;
   }
   /* built in scratch so the outputs stay untouched on failure */
-  uniq = malloc(total * sizeof *uniq);
-  inv = malloc(total * sizeof *inv);
+  uniq = emc__mallocn(total, sizeof *uniq);
+  inv = emc__mallocn(total, sizeof *inv);
   if (!uniq || !inv || dd_init(&d, offsets, n_tables) != EMC_OK) {
     free(uniq);
     free(inv);
@@ -128,7 +128,7 @@ emc_status emc__host_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *of
 emc_status emc__pins_create(emc_cache *c) {
   emc__host_cache *h = c->host;
   h->n_pin_lists = c->cfg.prefetch_depth + 1;
-  h->pins = calloc(h->n_pin_lists, sizeof *h->pins);
+  h->pins = emc__calloc(h->n_pin_lists, sizeof *h->pins);
   return h->pins ? EMC_OK : EMC_FAIL(EMC_ENOMEM, "%u pin lists", h->n_pin_lists);
 }
 
@@ -180,7 +180,7 @@ static void release_list(emc__host_cache *h, emc__pin_list *l) {
 
 emc_status emc__pins_check(emc_cache *c) {
   emc__host_cache *h = c->host;
-  uint8_t *want = calloc(h->ix_slots, 1);
+  uint8_t *want = emc__calloc(h->ix_slots, 1);
   uint64_t i, bytes = 0, rows = 0;
   uint32_t l;
   emc_status st = EMC_OK;
@@ -234,14 +234,14 @@ emc_status emc__host_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t 
 
   /* scratch first: on failure nothing has changed */
   if (total > 0) {
-    uniq = malloc(total * sizeof *uniq);
-    keys = malloc(total * sizeof *keys);
-    inv = malloc(total * sizeof *inv);
-    tab = malloc(total * sizeof *tab);
-    done = malloc(total);
-    row = malloc(h->max_stride);
+    uniq = emc__mallocn(total, sizeof *uniq);
+    keys = emc__mallocn(total, sizeof *keys);
+    inv = emc__mallocn(total, sizeof *inv);
+    tab = emc__mallocn(total, sizeof *tab);
+    done = emc__malloc(total);
+    row = emc__malloc(h->max_stride);
     fresh.cap = total;
-    fresh.keys = malloc(total * sizeof *fresh.keys);
+    fresh.keys = emc__mallocn(total, sizeof *fresh.keys);
     if (!uniq || !keys || !inv || !tab || !done || !row || !fresh.keys ||
         dd_init(&d, offsets, s->n_tables) != EMC_OK) {
       st = EMC_FAIL(EMC_ENOMEM, "prefetch scratch for %llu ids", (unsigned long long)total);
@@ -397,13 +397,13 @@ emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *of
   if (total == 0) return EMC_OK;
   for (t = 0; t < s->n_tables; t++)
     if (s->tables[t].dim > most_dim) most_dim = s->tables[t].dim;
-  uniq = malloc(total * sizeof *uniq);
-  inv = malloc(total * sizeof *inv);
-  start = malloc((total + 1) * sizeof *start);
-  fill = malloc(total * sizeof *fill);
-  order = malloc(total * sizeof *order);
-  acc = malloc(most_dim * sizeof *acc);
-  buf = malloc(h->max_stride);
+  uniq = emc__mallocn(total, sizeof *uniq);
+  inv = emc__mallocn(total, sizeof *inv);
+  start = emc__mallocn((total + 1), sizeof *start);
+  fill = emc__mallocn(total, sizeof *fill);
+  order = emc__mallocn(total, sizeof *order);
+  acc = emc__mallocn(most_dim, sizeof *acc);
+  buf = emc__malloc(h->max_stride);
   if (!uniq || !inv || !start || !fill || !order || !acc || !buf ||
       dd_init(&d, offsets, s->n_tables) != EMC_OK) {
     st = EMC_FAIL(EMC_ENOMEM, "gradient scratch for %llu ids", (unsigned long long)total);

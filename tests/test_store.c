@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1211,6 +1212,11 @@ START_TEST(crafted_fields_rejected) {
       case 27: what = "hashed rows > 2^40"; wr64(g + d1 + 16, EMC_MAX_ROWS + 1u); break;
       case 28: what = "kind dense->hashed"; wr32(g + d0, 1); break;
       case 29: what = "dtype f32->f16"; wr32(g + d0 + 4, 1); break;
+      /* fields version 1 writes as zeros: a file with anything else there is foreign */
+      case 30: what = "reserved[0] 1"; wr64(g + 32, 1); break;
+      case 31: what = "reserved[1] 2^63"; wr64(g + 40, 1ull << 63); break;
+      case 32: what = "reserved[2] byte 7"; g[55] = 0x80; break;
+      case 33: what = "name padding ('dense_a' + 1 byte)"; g[d0 + 40 + 7] = ' '; break;
       default: break;
     }
     if (!what) break;
@@ -1317,7 +1323,7 @@ static int dir_has_tmp(const char *dir) {
   int found = 0;
   ck_assert(d != NULL);
   while ((e = readdir(d)) != NULL)
-    if (strstr(e->d_name, ".tmp.") != NULL) found = 1;
+    if (strstr(e->d_name, ".tmp") != NULL) found = 1; /* "<name>.tmp-<pid>-<hex>" */
   closedir(d);
   return found;
 }
@@ -1325,7 +1331,7 @@ static int dir_has_tmp(const char *dir) {
 /* Save failures: EMC_EIO with the errno text; no temporary file left; an existing file at the
  * path is kept whole when the new one cannot be written. */
 START_TEST(save_errors) {
-  char dir[4096], p[8800], sub[4200], tmpdir_path[8900];
+  char dir[4096], p[8800], sub[4200];
   emc_store *s = small_store(NULL), *o = NULL;
   unsigned char *before, *after;
   size_t nb, na;
@@ -1354,7 +1360,8 @@ START_TEST(save_errors) {
     ck_assert(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode));
     ck_assert(stat(p, &sb) == 0 && sb.st_size == 1);
   }
-  /* an existing store file whose temporary cannot be created: EIO, the old file unchanged */
+  /* an existing store file whose replacement cannot be written (the file size limit stops
+   * the write): EIO, the old file unchanged, nothing left behind */
   path_in(p, sizeof p, dir, "store.emc");
   {
     emc_store *other;
@@ -1365,13 +1372,22 @@ START_TEST(save_errors) {
     emc_store_destroy(other);
   }
   before = emct_read_file(p, &nb);
-  snprintf(tmpdir_path, sizeof tmpdir_path, "%s.tmp.%ld", p, (long)getpid());
-  ck_assert(mkdir(tmpdir_path, 0700) == 0);
-  ST_FRESH(emc_store_save(s, p), EMC_EIO);
+  {
+    struct rlimit old, small;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN); /* EFBIG instead of the signal */
+    ck_assert(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    small = old;
+    small.rlim_cur = 100; /* the small store's file is longer */
+    ck_assert(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    ST_FRESH(emc_store_save(s, p), EMC_EIO);
+    ck_assert(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, prev);
+    REQUIRE(strstr(emc_last_error_detail(), strerror(EFBIG)) != NULL, "detail: %s",
+            emc_last_error_detail());
+  }
   after = emct_read_file(p, &na);
   REQUIRE(na == nb && memcmp(before, after, nb) == 0, "failed save changed the existing file");
   free(after);
-  ck_assert(rmdir(tmpdir_path) == 0);
   REQUIRE(!dir_has_tmp(dir), "a temporary was left behind");
   /* and a normal save over it succeeds and replaces it */
   EMCT_OK(emc_store_save(s, p));
