@@ -5,7 +5,7 @@
  *
  *   header, 64 bytes
  *     char     magic[8]       "EMBCSTOR"
- *     uint32   version        1
+ *     uint32   version        1, or 2 when a table keeps optimizer state (both are read)
  *     uint32   n_tables       1 .. EMC_MAX_TABLES
  *     uint64   desc_bytes     bytes of the descriptor section, checksum excluded
  *     uint64   file_bytes     bytes of the whole file
@@ -13,11 +13,16 @@
  *     uint64   xxh64          of the 56 bytes above
  *   descriptor section: n_tables records, then uint64 xxh64
  *     uint32 kind, uint32 dtype, uint32 dim, uint32 name_len (<= 255),
+ *     version 2 only: uint32 state (emc_row_state), uint32 reserved (0),
  *     uint64 rows (dense: rows; hashed: capacity), uint64 count (rows present),
  *     uint64 data_bytes, name (name_len bytes, no NUL), zero padding to 8 bytes (checked)
  *   one data section per table, then uint64 xxh64
  *     hashed: count ids (uint64), then count rows; dense: rows rows.
  *     Rows are packed (dim * dtype size bytes each), in row order.
+ *     version 2, tables with state: then count state words (f32, EMC_STATE_ADAGRAD's
+ *     accumulator), in row order.
+ * A version-1 file opens with every table's state EMC_STATE_NONE; a store without state is
+ * saved as version 1, so older readers open it.
  *
  * Open checks the header, then every size against the file's real size, then each section's
  * checksum while loading into a fresh store; any failure frees everything, so a store is
@@ -40,9 +45,10 @@
 #include "internal.h"
 
 #define EMC__FILE_MAGIC "EMBCSTOR"
-#define EMC__FILE_VERSION 1u
+#define EMC__FILE_VERSION 2u /* the newest this library reads and writes */
 #define EMC__HDR_BYTES 64u
-#define EMC__DESC_FIXED 40u
+#define EMC__DESC_FIXED 40u    /* version 1 */
+#define EMC__DESC_FIXED_V2 48u /* version 2: state, reserved */
 
 typedef struct wr {
   FILE *f;
@@ -70,7 +76,15 @@ static uint64_t table_count(const emc__table *t) {
   return t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(&t->count);
 }
 static uint64_t table_data_bytes(const emc__table *t, uint64_t count) {
-  return (t->kind == EMC_TABLE_HASHED ? count * 8u : 0u) + count * t->row_bytes;
+  return (t->kind == EMC_TABLE_HASHED ? count * 8u : 0u) + count * t->row_bytes +
+         (t->state != EMC_STATE_NONE ? count * 4u : 0u);
+}
+/* The version a store is saved as: 2 only when a table keeps state. */
+static uint32_t store_version(const emc_store *s) {
+  uint32_t i;
+  for (i = 0; i < s->n_tables; i++)
+    if (s->tables[i].state != EMC_STATE_NONE) return 2u;
+  return 1u;
 }
 static uint32_t pad8(uint32_t n) { return (8u - (n & 7u)) & 7u; }
 
@@ -215,7 +229,7 @@ static emc_status write_store(const emc_store *s, wr *w, const uint64_t *counts,
   memset(hdr, 0, sizeof hdr);
   memcpy(hdr, EMC__FILE_MAGIC, 8);
   {
-    uint32_t v = EMC__FILE_VERSION, n = s->n_tables;
+    uint32_t v = store_version(s), n = s->n_tables;
     uint64_t d;
     memcpy(hdr + 8, &v, 4);
     memcpy(hdr + 12, &n, 4);
@@ -239,6 +253,10 @@ static emc_status write_store(const emc_store *s, wr *w, const uint64_t *counts,
     wr_u32(w, (uint32_t)t->dtype);
     wr_u32(w, t->dim);
     wr_u32(w, nl);
+    if (store_version(s) >= 2) {
+      wr_u32(w, t->state);
+      wr_u32(w, 0);
+    }
     wr_u64(w, t->rows);
     wr_u64(w, counts[i]);
     wr_u64(w, table_data_bytes(t, counts[i]));
@@ -258,9 +276,24 @@ static emc_status write_store(const emc_store *s, wr *w, const uint64_t *counts,
     }
     if (t->kind == EMC_TABLE_HASHED)
       for (r = 0; r < counts[i]; r++) wr_u64(w, EMC_LD_RELAXED(&t->row_ids[r]));
-    for (r = 0; r < counts[i] && !w->err; r++) {
-      emc__store_row_read(s, i, r, row);
-      wr_bytes(w, row, t->row_bytes);
+    if (t->state != EMC_STATE_NONE) { /* each row read once with its state (one version) */
+      unsigned char *states = emc__mallocn(counts[i] ? counts[i] : 1, 4);
+      if (!states) {
+        st = EMC_FAIL(EMC_ENOMEM, "state words of %llu rows", (unsigned long long)counts[i]);
+        break;
+      }
+      for (r = 0; r < counts[i] && !w->err; r++) {
+        emc__store_full_read(s, i, r, row);
+        wr_bytes(w, row, t->row_bytes);
+        memcpy(states + 4 * r, row + t->state_off, 4);
+      }
+      wr_bytes(w, states, counts[i] * 4); /* then the state words, in row order */
+      free(states);
+    } else {
+      for (r = 0; r < counts[i] && !w->err; r++) {
+        emc__store_row_read(s, i, r, row);
+        wr_bytes(w, row, t->row_bytes);
+      }
     }
     wr_sum(w);
   }
@@ -294,7 +327,7 @@ emc_status emc_store_save(const emc_store *s, const char *path) {
     const emc__table *t = &s->tables[i];
     uint32_t nl = (uint32_t)strlen(t->name);
     counts[i] = table_count(t);
-    desc_bytes += EMC__DESC_FIXED + nl + pad8(nl);
+    desc_bytes += (store_version(s) >= 2 ? EMC__DESC_FIXED_V2 : EMC__DESC_FIXED) + nl + pad8(nl);
     file_bytes += table_data_bytes(t, counts[i]) + 8u;
   }
   file_bytes += desc_bytes + 8u;
@@ -382,7 +415,7 @@ static emc_status rd_sum(rd *r, const char *what) {
 }
 
 typedef struct file_desc {
-  uint32_t kind, dtype, dim, name_len;
+  uint32_t kind, dtype, dim, name_len, state;
   uint64_t rows, count, data_bytes;
   char name[256];
 } file_desc;
@@ -391,7 +424,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   rd r = {0};
   struct stat sb;
   unsigned char hdr[EMC__HDR_BYTES], *row = NULL;
-  uint32_t version, n_tables, i;
+  uint32_t version, n_tables, i, dfix;
   uint64_t desc_bytes, file_bytes, sum = EMC__HDR_BYTES, d;
   file_desc *fd = NULL;
   emc_store *s = NULL;
@@ -444,13 +477,14 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   memcpy(&n_tables, hdr + 12, 4);
   memcpy(&desc_bytes, hdr + 16, 8);
   memcpy(&file_bytes, hdr + 24, 8);
-  if (version != EMC__FILE_VERSION) {
-    st = EMC_FAIL(EMC_ECORRUPT, "format version %u, this library reads %u", version,
+  if (version < 1 || version > EMC__FILE_VERSION) {
+    st = EMC_FAIL(EMC_ECORRUPT, "format version %u, this library reads 1 .. %u", version,
                   EMC__FILE_VERSION);
     goto fail;
   }
-  /* Version 1 writes zeros there: anything else is a file of another writer or a later format
-   * that this reader would misread, so it is foreign, not ignored. */
+  dfix = version >= 2 ? EMC__DESC_FIXED_V2 : EMC__DESC_FIXED;
+  /* Versions 1 and 2 write zeros there: anything else is a file of another writer or a later
+   * format that this reader would misread, so it is foreign, not ignored. */
   for (i = 32; i < 56; i++)
     if (hdr[i] != 0) {
       st = EMC_FAIL(EMC_ECORRUPT, "reserved header byte %u is 0x%02x, must be 0", i, hdr[i]);
@@ -458,7 +492,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
     }
   if (n_tables == 0 || n_tables > EMC_MAX_TABLES || file_bytes != (uint64_t)sb.st_size ||
       desc_bytes > file_bytes ||
-      desc_bytes < (uint64_t)n_tables * EMC__DESC_FIXED) {
+      desc_bytes < (uint64_t)n_tables * dfix) {
     st = EMC_FAIL(EMC_ECORRUPT, "inconsistent header (n_tables %u, file %llu of %llu bytes)",
                   n_tables, (unsigned long long)file_bytes, (unsigned long long)sb.st_size);
     goto fail;
@@ -473,18 +507,29 @@ emc_status emc_store_open(const char *path, emc_store **out) {
   {
     uint64_t seen = 0;
     for (i = 0; i < n_tables; i++) {
-      unsigned char fx[EMC__DESC_FIXED], pad[8];
+      unsigned char fx[EMC__DESC_FIXED_V2], pad[8];
+      const unsigned char *fx8; /* the three uint64 fields */
       emc_table_desc td = {0};
       uint64_t rb, want;
-      uint32_t k;
-      if ((st = rd_bytes(&r, fx, sizeof fx, "descriptors")) != EMC_OK) goto fail;
+      uint32_t k, reserved = 0;
+      if ((st = rd_bytes(&r, fx, dfix, "descriptors")) != EMC_OK) goto fail;
       memcpy(&fd[i].kind, fx, 4);
       memcpy(&fd[i].dtype, fx + 4, 4);
       memcpy(&fd[i].dim, fx + 8, 4);
       memcpy(&fd[i].name_len, fx + 12, 4);
-      memcpy(&fd[i].rows, fx + 16, 8);
-      memcpy(&fd[i].count, fx + 24, 8);
-      memcpy(&fd[i].data_bytes, fx + 32, 8);
+      fd[i].state = 0;
+      if (version >= 2) {
+        memcpy(&fd[i].state, fx + 16, 4);
+        memcpy(&reserved, fx + 20, 4);
+      }
+      fx8 = fx + dfix - 24;
+      memcpy(&fd[i].rows, fx8, 8);
+      memcpy(&fd[i].count, fx8 + 8, 8);
+      memcpy(&fd[i].data_bytes, fx8 + 16, 8);
+      if (reserved != 0 || fd[i].state > EMC_STATE_ADAGRAD) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: state %u, reserved %u", i, fd[i].state, reserved);
+        goto fail;
+      }
       if (fd[i].name_len > 255) {
         st = EMC_FAIL(EMC_ECORRUPT, "table %u: name length %u", i, fd[i].name_len);
         goto fail;
@@ -498,12 +543,13 @@ emc_status emc_store_open(const char *path, emc_store **out) {
           goto fail;
         }
       fd[i].name[fd[i].name_len] = 0;
-      seen += EMC__DESC_FIXED + fd[i].name_len + pad8(fd[i].name_len);
+      seen += dfix + fd[i].name_len + pad8(fd[i].name_len);
       td.name = fd[i].name;
       td.kind = (emc_table_kind)fd[i].kind;
       td.dtype = (emc_dtype)fd[i].dtype;
       td.dim = fd[i].dim;
       td.rows = fd[i].rows;
+      td.state = (emc_row_state)fd[i].state;
       if (fd[i].kind > 1 || fd[i].dtype > 1 || strlen(fd[i].name) != fd[i].name_len ||
           emc__table_desc_check(&td, i) != EMC_OK) {
         st = EMC_FAIL(EMC_ECORRUPT, "table %u: invalid descriptor", i);
@@ -515,7 +561,8 @@ emc_status emc_store_open(const char *path, emc_store **out) {
                       (unsigned long long)fd[i].count, (unsigned long long)fd[i].rows);
         goto fail;
       }
-      want = (fd[i].kind == EMC_TABLE_HASHED ? fd[i].count * 8u : 0u) + fd[i].count * rb;
+      want = (fd[i].kind == EMC_TABLE_HASHED ? fd[i].count * 8u : 0u) + fd[i].count * rb +
+             (fd[i].state != EMC_STATE_NONE ? fd[i].count * 4u : 0u);
       if (fd[i].data_bytes != want || want > file_bytes) {
         st = EMC_FAIL(EMC_ECORRUPT, "table %u: data size %llu, expected %llu", i,
                       (unsigned long long)fd[i].data_bytes, (unsigned long long)want);
@@ -551,6 +598,7 @@ emc_status emc_store_open(const char *path, emc_store **out) {
     td.dtype = (emc_dtype)fd[i].dtype;
     td.dim = fd[i].dim;
     td.rows = fd[i].rows;
+    td.state = (emc_row_state)fd[i].state;
     if ((st = emc__table_init(s, i, &td)) != EMC_OK) goto fail;
     t = &s->tables[i];
     free(row);
@@ -573,6 +621,9 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       if ((st = rd_bytes(&r, row, t->row_bytes, "rows")) != EMC_OK) goto fail;
       emc__row_store(emc__store_row(t, k), row, t->row_bytes);
     }
+    if (t->state != EMC_STATE_NONE) /* the state words (the store is not shared yet) */
+      for (k = 0; k < fd[i].count; k++)
+        if ((st = rd_bytes(&r, emc__store_row(t, k) + t->state_off, 4, "state")) != EMC_OK) goto fail;
     if ((st = rd_sum(&r, "rows")) != EMC_OK) goto fail;
   }
   if (r.left != 0) {

@@ -1060,6 +1060,82 @@ START_TEST(state_reader_and_table_desc) {
 }
 END_TEST
 
+/* The file format: a store with Adagrad state saves as version 2 with its accumulators and
+ * opens equal; one without state still saves as version 1; a version-2 descriptor's reserved
+ * word must be zero. */
+START_TEST(file_version_2_keeps_state) {
+  static const mtab tb[2] = {{EMC_TABLE_DENSE, 300, 0, 0, 5, EMC_DTYPE_F16},
+                             {EMC_TABLE_HASHED, 200, 150, 100, 4, EMC_DTYPE_F32}};
+  model m, plain;
+  batch b;
+  emc_cache *c;
+  emc_optimizer o;
+  emc_store *o2 = NULL;
+  char dir[512], path[600], path1[600];
+  unsigned char *bytes;
+  size_t n;
+  uint32_t t, v;
+  int step;
+  model_init(&m, tb, 2, EMC_STATE_ADAGRAD, 83);
+  c = make_cache(&m, 1u << 20, 1);
+  batch_alloc(&b, &m, 64);
+  emc_optimizer_init(&o);
+  o.kind = EMC_OPT_ROWWISE_ADAGRAD;
+  o.lr = 0.1f;
+  for (step = 0; step < 20; step++) { /* accumulators and rows move, new hashed ids too */
+    batch_make(&b, &m, 64);
+    EMCT_OK(emc_apply_gradients(c, b.ids, b.offsets, b.grads, &o, NULL));
+    model_apply(&m, &b, &o);
+  }
+  EMCT_OK(emc_flush(c, NULL));
+  EMCT_OK(emc_cache_destroy(c));
+  emct_tmpdir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/state.emc", dir);
+  EMCT_OK(emc_store_save(m.store, path));
+  bytes = emct_read_file(path, &n);
+  memcpy(&v, bytes + 8, 4);
+  ck_assert_uint_eq(v, 2);
+  EMCT_OK(emc_store_open(path, &o2));
+  emc_store_destroy(m.store);
+  m.store = o2; /* the reference against the reopened store: rows and accumulators bitwise */
+  check_store(&m, 0.0, "reopened");
+  for (t = 0; t < 2; t++) {
+    emc_table_desc d;
+    EMCT_OK(emc_store_table(o2, t, &d));
+    ck_assert_int_eq(d.state, EMC_STATE_ADAGRAD);
+  }
+  /* the first descriptor's reserved word (right after name_len and state) set: foreign */
+  bytes[64 + 20] = 1;
+  snprintf(path1, sizeof path1, "%s/bad.emc", dir);
+  emct_write_file(path1, bytes, n);
+  o2 = NULL;
+  EMCT_ST(emc_store_open(path1, &o2), EMC_ECORRUPT);
+  ck_assert_ptr_null(o2);
+  free(bytes);
+  /* no state: version 1, opens with state NONE */
+  model_init(&plain, tb, 2, EMC_STATE_NONE, 84);
+  snprintf(path1, sizeof path1, "%s/plain.emc", dir);
+  EMCT_OK(emc_store_save(plain.store, path1));
+  bytes = emct_read_file(path1, &n);
+  memcpy(&v, bytes + 8, 4);
+  ck_assert_uint_eq(v, 1);
+  free(bytes);
+  EMCT_OK(emc_store_open(path1, &o2));
+  emc_store_destroy(plain.store);
+  plain.store = o2;
+  check_store(&plain, 0.0, "reopened version 1");
+  {
+    emc_table_desc d;
+    EMCT_OK(emc_store_table(o2, 0, &d));
+    ck_assert_int_eq(d.state, EMC_STATE_NONE);
+  }
+  batch_free(&b);
+  model_free(&m);
+  model_free(&plain);
+  emct_rmdir(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ threads */
 #ifndef EMCT_GPU
 #define TH_READERS 3
@@ -1272,6 +1348,7 @@ int main(void) {
   tcase_add_test(tb, dedup_first_occurrence_and_inverse);
   tcase_add_test(tb, bad_input_changes_nothing);
   tcase_add_test(tb, state_reader_and_table_desc);
+  tcase_add_test(tb, file_version_2_keeps_state);
 #ifndef EMCT_GPU
   tcase_add_test(tb, trainer_and_readers_concurrently);
 #endif
