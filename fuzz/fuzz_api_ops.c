@@ -7,7 +7,8 @@
  *   u8 n_tables-1 (mod 3), then per table u8 shape (kind, dtype, dim), u8 rows-1 (mod 16),
  *   u8 init (dense: fill_uniform seed, or zeros; hashed: how many ids to pre-write),
  *   a cache config (see read_config), then operations, one u8 opcode each (low 3 bits):
- *     0,1 lookup / lookup_ex      2 insert        3 flush        4 stats
+ *     0,1 lookup / lookup_ex      2 insert        3 flush
+ *     4 stats, or with bit 3 a training call (prefetch, dedup, apply_gradients: op_train)
  *     5 destroy + recreate cache when bits 3-4 are 0, else lookup
  *     6 store calls (read; write/fill: EUNSUPPORTED while attached)
  *     7 global keys and NULL / bad-argument calls
@@ -18,12 +19,15 @@
  *
  * Every call's status is predicted: EMC_EINVAL for bad offsets/config, EMC_ERANGE for a dense
  * id >= rows or a hashed table over capacity, EMC_EUNSUPPORTED for store writes while a cache
- * is attached, else EMC_OK. Successful lookups must return the model's rows (absent hashed
+ * is attached, EMC_ECAPACITY for gradients of a batch larger than t1 (a prefetch may return
+ * it whenever its rows do not all fit the pin budget), else EMC_OK. Successful lookups must return the model's rows (absent hashed
  * ids: zero rows, where = ABSENT, counted in stats.absent), stats must add up; failing calls
  * must leave out, stats and contents untouched. Counter invariants (cheap_check) hold after
  * every operation; emc__cache_check walks the whole cache every CHECK_EVERY operations and
  * before every destroy; after a flush or a destroy the store itself must equal the model.
  */
+#include <math.h>
+
 #include "fuzz_common.h"
 
 #define MAX_T 3u
@@ -531,6 +535,142 @@ static void op_store(world *w, fz *f) {
   }
 }
 
+/* Training calls on a batch: prefetch (then a lookup of it is all hits when it returned
+ * EMC_OK), dedup (first-occurrence order and inverse), apply_gradients (SGD, SUM or MEAN; the
+ * model steps each distinct row the same way: gradients summed in position order, then
+ * w = fmaf(-lr, g, w)). Every status is predicted. */
+static void op_train(world *w, fz *f) {
+  batch bt;
+  uint8_t b;
+  emc_stats s0, s1;
+  emc__cache_debug d;
+  emc_status st, expect;
+  uint32_t t;
+  uint64_t i, j;
+  read_batch(w, f, &bt);
+  if (!w->c) return;
+  b = fz_u8(f);
+  stats(w, &s0);
+  FZ_STATUS(emc__cache_get_debug(w->c, &d), EMC_OK, "emc__cache_get_debug");
+  if ((b & 3u) == 0) {
+    st = emc_prefetch(w->c, bt.ids, bt.offsets, NULL);
+    if (bt.expect == EMC_OK)
+      FZ_CHECK(st == EMC_OK || st == EMC_ECAPACITY, "emc_prefetch returned %s (%s)",
+               emc_status_name(st), emc_last_error_detail());
+    else
+      FZ_STATUS(st, bt.expect, "emc_prefetch");
+    stats(w, &s1);
+    FZ_CHECK(s1.pinned_bytes <= d.low_bytes, "pinned bytes %llu above t2 (%llu)",
+             (unsigned long long)s1.pinned_bytes, (unsigned long long)d.low_bytes);
+    if (st != EMC_OK && st != EMC_ECAPACITY) {
+      FZ_CHECK(memcmp(&s0, &s1, sizeof s0) == 0, "failed prefetch changed the stats");
+      return;
+    }
+    if (st == EMC_OK && w->cfg.key_bits == 64) { /* pinned whole: every present row a hit */
+      unsigned char out[MAX_IDS * MAX_DIM * 4 + 16];
+      uint8_t where[MAX_IDS + 1];
+      FZ_STATUS(emc_lookup_ex(w->c, bt.ids, bt.offsets, out, where, NULL), EMC_OK,
+                "emc_lookup_ex after a prefetch");
+      for (t = 0; t < w->nt; t++)
+        for (i = bt.offsets[t]; i < bt.offsets[t + 1]; i++)
+          FZ_CHECK(where[i] == (m_row(&w->t[t], bt.ids[i]) ? EMC_WHERE_CACHE : EMC_WHERE_ABSENT),
+                   "position %llu of a prefetched batch: where %u", (unsigned long long)i, where[i]);
+    }
+    return;
+  }
+  if ((b & 3u) == 1) {
+    uint64_t uids[MAX_IDS + 1], uoffs[MAX_T + 1];
+    uint32_t inv[MAX_IDS + 1];
+    memset(uids, 0xA5, sizeof uids);
+    memset(uoffs, 0xA5, sizeof uoffs);
+    memset(inv, 0xA5, sizeof inv);
+    st = emc_dedup(w->c, bt.ids, bt.offsets, uids, uoffs, inv, NULL);
+    FZ_STATUS(st, bt.expect, "emc_dedup");
+    if (st != EMC_OK) {
+      FZ_CHECK(untouched((const unsigned char *)uids, sizeof uids) &&
+                   untouched((const unsigned char *)uoffs, sizeof uoffs) &&
+                   untouched((const unsigned char *)inv, sizeof inv),
+               "failed dedup wrote its outputs");
+      return;
+    }
+    FZ_CHECK(uoffs[0] == 0, "unique_offsets[0] = %llu", (unsigned long long)uoffs[0]);
+    for (t = 0; t < w->nt; t++) {
+      uint64_t u = uoffs[t];
+      for (i = bt.offsets[t]; i < bt.offsets[t + 1]; i++) {
+        int first = 1;
+        for (j = bt.offsets[t]; j < i && first; j++) first = bt.ids[j] != bt.ids[i];
+        if (first) FZ_CHECK(uids[u++] == bt.ids[i], "dedup: not in first-occurrence order");
+        FZ_CHECK(inv[i] >= uoffs[t] && inv[i] < uoffs[t + 1] && uids[inv[i]] == bt.ids[i],
+                 "dedup: inverse[%llu] = %u", (unsigned long long)i, inv[i]);
+      }
+      FZ_CHECK(u == uoffs[t + 1], "dedup: table %u has %llu unique ids, offsets say %llu", t,
+               (unsigned long long)(u - uoffs[t]), (unsigned long long)(uoffs[t + 1] - uoffs[t]));
+    }
+    FZ_CHECK(uids[uoffs[w->nt]] == 0xA5A5A5A5A5A5A5A5ull, "dedup wrote past its unique ids");
+    return;
+  }
+  {
+    float grads[MAX_IDS * MAX_DIM], g[MAX_DIM];
+    emc_optimizer o;
+    size_t gf = 0, pos;
+    uint64_t bytes = 0, distinct = 0;
+    unsigned char row[MAX_DIM * 4];
+    emc_optimizer_init(&o);
+    o.merge = (b & 4u) ? EMC_MERGE_MEAN : EMC_MERGE_SUM;
+    o.lr = (b & 8u) ? 0.5f : 0.125f;
+    for (t = 0; t < w->nt; t++)
+      for (i = bt.good[t]; i < bt.good[t + 1]; i++)
+        for (j = 0; j < w->t[t].dim; j++) grads[gf++] = (float)(int8_t)fz_u8(f) / 8.0f;
+    expect = bt.expect;
+    for (t = 0; t < w->nt && expect == EMC_OK; t++) {
+      const mtable *m = &w->t[t];
+      size_t n = (size_t)(bt.good[t + 1] - bt.good[t]);
+      if (m->kind == EMC_TABLE_HASHED && m_new_ids(m, bt.ids + bt.good[t], n) > m->rows - m->count)
+        expect = EMC_ERANGE;
+      for (i = bt.good[t]; i < bt.good[t + 1]; i++) {
+        int first = 1;
+        for (j = bt.good[t]; j < i && first; j++) first = bt.ids[j] != bt.ids[i];
+        if (first) bytes += emc__row_stride(m->rb);
+      }
+    }
+    if (expect == EMC_OK && bytes > d.high_bytes) expect = EMC_ECAPACITY;
+    st = emc_apply_gradients(w->c, bt.ids, bt.offsets, grads, &o, NULL);
+    FZ_STATUS(st, expect, "emc_apply_gradients");
+    stats(w, &s1);
+    if (st != EMC_OK) {
+      FZ_CHECK(memcmp(&s0, &s1, sizeof s0) == 0, "failed apply_gradients changed the stats");
+      return;
+    }
+    for (t = 0, gf = 0; t < w->nt; t++) {
+      mtable *m = &w->t[t];
+      for (i = bt.offsets[t]; i < bt.offsets[t + 1]; i++, gf += m->dim) {
+        const unsigned char *cur;
+        uint32_t cnt = 1, k;
+        int first = 1;
+        for (j = bt.offsets[t]; j < i && first; j++) first = bt.ids[j] != bt.ids[i];
+        if (!first) continue;
+        distinct++;
+        memcpy(g, grads + gf, m->dim * sizeof(float));
+        for (j = i + 1, pos = gf + m->dim; j < bt.offsets[t + 1]; j++, pos += m->dim)
+          if (bt.ids[j] == bt.ids[i]) {
+            for (k = 0; k < m->dim; k++) g[k] = g[k] + grads[pos + k];
+            cnt++;
+          }
+        if (o.merge == EMC_MERGE_MEAN && cnt > 1)
+          for (k = 0; k < m->dim; k++) g[k] = g[k] / (float)cnt;
+        cur = m_row(m, bt.ids[i]);
+        if (cur) memcpy(row, cur, m->rb);
+        else memset(row, 0, m->rb); /* a new hashed id: a zero row, then the step */
+        for (k = 0; k < m->dim; k++)
+          emc__elem_set(row, (uint32_t)m->dtype, k, fmaf(-o.lr, g[k], emc__elem_get(row, (uint32_t)m->dtype, k)));
+        m_set(m, bt.ids[i], row);
+      }
+    }
+    FZ_CHECK(s1.gradient_rows - s0.gradient_rows == distinct, "stats.gradient_rows +%llu for %llu rows",
+             (unsigned long long)(s1.gradient_rows - s0.gradient_rows), (unsigned long long)distinct);
+  }
+}
+
 static void op_misc(world *w, fz *f) {
   uint8_t b = fz_u8(f);
   uint64_t key, code, id, off[MAX_T + 1] = {0}, one = 1;
@@ -681,7 +821,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 1: op_lookup(&w, &f, 1); break;
       case 2: op_insert(&w, &f); break;
       case 3: op_flush(&w); break;
-      case 4: op_stats(&w); break;
+      case 4: /* stats, or (bit 3) a training call */
+        if (op & 0x08u) op_train(&w, &f);
+        else op_stats(&w);
+        break;
       case 5:
         /* destroy + recreate costs about five lookups (a fresh index and pool each time);
          * 1 opcode in 32 does it (5, as the scripted seeds use it, or 0x25, 0x45, ...), the

@@ -21,7 +21,16 @@
 #include "fuzz_common.h"
 
 #define HDR 64u
-#define DESC_FIXED 40u
+
+/* A descriptor's fixed bytes and where its three uint64 fields start, by the file's version
+ * (2 adds u32 state and u32 reserved after name_len). */
+static uint32_t desc_fixed(const unsigned char *b) {
+  uint32_t v;
+  memcpy(&v, b + 8, 4);
+  return v >= 2 ? 48u : 40u;
+}
+#define DESC_FIXED desc_fixed(b)
+#define U64_AT (DESC_FIXED - 24u) /* rows; count at +8, data_bytes at +16 */
 
 static char g_path[3][256];
 
@@ -71,7 +80,7 @@ static void fixup(unsigned char *b, size_t n, uint8_t flags) {
         uint64_t db;
         if (pos + DESC_FIXED > HDR + desc) break;
         nl = rd32(b + pos + 12);
-        db = rd64(b + pos + 32);
+        db = rd64(b + pos + U64_AT + 16);
         pos += DESC_FIXED + (uint64_t)nl + pad8(nl);
         if (db > n || sec > n || n - sec < 8 || n - sec - 8 < db) break;
         wr64(b + sec + db, XXH64(b + sec, (size_t)db, 0));
@@ -94,10 +103,10 @@ static uint64_t hashed_alloc_bytes(const unsigned char *b, size_t n) {
   for (i = 0; i < nt && i < EMC_MAX_TABLES && pos + DESC_FIXED <= n; i++) {
     uint32_t kind = rd32(b + pos), dtype = rd32(b + pos + 4), dim = rd32(b + pos + 8);
     uint32_t nl = rd32(b + pos + 12);
-    uint64_t rows = rd64(b + pos + 16), cap = 16, stride;
+    uint64_t rows = rd64(b + pos + U64_AT), cap = 16, stride;
     pos += DESC_FIXED + (uint64_t)nl + pad8(nl);
     if (kind != EMC_TABLE_HASHED || rows > EMC_MAX_ROWS || dim > EMC_MAX_DIM) continue;
-    stride = emc__row_stride((uint64_t)dim * (dtype == 0 ? 4u : 2u));
+    stride = emc__row_stride((uint64_t)dim * (dtype == 0 ? 4u : 2u) + 8u); /* (+ state) */
     while (cap < 2 * rows) cap <<= 1;
     total += rows * stride + cap * 16u + rows * 8u;
   }
@@ -141,14 +150,15 @@ static void check_against_file(const emc_store *s, const unsigned char *b, size_
   for (i = 0; i < nt; i++) {
     const unsigned char *d = b + pos;
     uint32_t kind = rd32(d), dtype = rd32(d + 4), dim = rd32(d + 8), nl = rd32(d + 12);
-    uint64_t rows = rd64(d + 16), count = rd64(d + 24), db = rd64(d + 32), cnt, k;
+    uint32_t state = DESC_FIXED > 40u ? rd32(d + 16) : 0u;
+    uint64_t rows = rd64(d + U64_AT), count = rd64(d + U64_AT + 8), db = rd64(d + U64_AT + 16), cnt, k;
     emc_table_desc td;
     size_t rb;
     unsigned char *got;
     const unsigned char *ids = NULL, *data;
     FZ_STATUS(emc_store_table(s, i, &td), EMC_OK, "emc_store_table");
     FZ_CHECK((uint32_t)td.kind == kind && (uint32_t)td.dtype == dtype && td.dim == dim &&
-                 td.rows == rows,
+                 td.rows == rows && (uint32_t)td.state == state,
              "table %u: descriptor differs from the file", i);
     FZ_CHECK(strlen(td.name) == nl && memcmp(td.name, d + DESC_FIXED, nl) == 0,
              "table %u: name differs", i);
@@ -169,6 +179,13 @@ static void check_against_file(const emc_store *s, const unsigned char *b, size_
       FZ_STATUS(emc_store_read(s, i, &id, 1, got), EMC_OK, "emc_store_read");
       FZ_CHECK(memcmp(got, data + k * rb, rb) == 0, "table %u id %llu: row differs from the file",
                i, (unsigned long long)id);
+      if (state != 0) { /* version 2: the state words follow the rows */
+        float sw, want;
+        memcpy(&want, data + count * rb + 4 * k, 4);
+        FZ_STATUS(emc_store_read_state(s, i, &id, 1, &sw), EMC_OK, "emc_store_read_state");
+        FZ_CHECK(memcmp(&sw, &want, 4) == 0, "table %u id %llu: state differs from the file", i,
+                 (unsigned long long)id);
+      }
     }
     if (kind == EMC_TABLE_HASHED) {
       /* an id not in the file reads as zeros */

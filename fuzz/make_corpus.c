@@ -202,6 +202,17 @@ static void store_seeds(void) {
     put_store("dense-one", s, tmp);
     emc_store_destroy(s);
   }
+  { /* version 2: a table with optimizer state beside a plain one */
+    emc_table_desc d[2] = {{"adagrad", EMC_TABLE_HASHED, 6, 3, EMC_DTYPE_F16, EMC_STATE_ADAGRAD},
+                           {"plain", EMC_TABLE_DENSE, 3, 2, EMC_DTYPE_F32, EMC_STATE_NONE}};
+    uint64_t ids[2] = {11, 1ull << 50};
+    uint16_t rows[6] = {0x3c00, 0x4000, 0x4200, 0xbc00, 0x3800, 0x0000};
+    if (emc_store_create(d, 2, &s) != EMC_OK) die("create");
+    if (emc_store_write(s, 0, ids, 2, rows) != EMC_OK) die("write");
+    if (emc_store_fill_uniform(s, 1, -1.0f, 1.0f, 3) != EMC_OK) die("fill");
+    put_store("state-v2", s, tmp);
+    emc_store_destroy(s);
+  }
   {
     const char *T = "fuzz_store_open";
     static const unsigned char junk[] = "\x07" "EMBCSTOR";
@@ -251,6 +262,26 @@ static void api_seeds(void) {
         5, 6, 0x81,                      /* recreate: 8192 B, host backend */
         3};
     put(T, "scripted", s, sizeof s);
+  }
+  {
+    /* training calls (opcode 4 with bit 3): two tables (dense f32 dim 4 x 8 rows, hashed f16
+     * dim 3 x cap 4), cache 2048 B; prefetch, dedup, apply SUM and MEAN (duplicates, a new
+     * hashed id), a lookup, a flush (the store then equals the model), a refused apply */
+    static const unsigned char s[] = {
+        1, 0x0c, 7, 0x09, 3, 1, 0x12, 5, 0x04,
+        0x0c, 3, 0, 1, 0, 2, 0, 1, 0, 0x00,             /* prefetch: 3 dense, 2 hashed */
+        0x0c, 4, 2, 2, 3, 2, 2, 0, 1, 0, 0x01,          /* dedup: duplicates */
+        0x0c, 2, 1, 1, 2, 2, 5, 0, 0x02,                /* apply SUM: dup dense, new hashed id */
+        8, 0xf8, 16, 4, 0x10, 0xf0, 8, 0x7f, 0x81,     /*   gradients (x / 8) */
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+        0x0c, 3, 1, 1, 1, 0, 0, 0x06,                   /* apply MEAN: one id three times */
+        8, 8, 8, 8, 16, 16, 16, 16, 0xe8, 0, 0, 0,
+        0, 2, 1, 5, 1, 2, 0,                            /* lookup */
+        3,                                              /* flush: the store is the model */
+        0x0c, 1, 0xc4, 0, 0, 0x02, 1, 1, 1, 1,          /* apply with a dense id out of range */
+        0x0c, 0, 2, 0, 1, 0xf1, 0x01,                   /* dedup with offsets[0] != 0 */
+        3};
+    put(T, "training", s, sizeof s);
   }
   {
     /* one hashed table of capacity 2, hammered with the id pool: capacity errors */
