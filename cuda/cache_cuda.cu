@@ -71,7 +71,7 @@ extern "C" int emc__cuda_available(int device) {
 /* Register the store's row memory, hashed maps and row ids (page-rounded, merged ranges). */
 static emc_status register_store(emc__cuda_cache *k, const emc_store *s) {
   uint32_t t, n = 0, i, j;
-  reg_range *r = (reg_range *)calloc((size_t)s->n_tables * 4 + 1, sizeof *r);
+  reg_range *r = (reg_range *)emc__calloc((size_t)s->n_tables * 4 + 1, sizeof *r);
   const uintptr_t pg = 4096;
   if (!r) return EMC_FAIL(EMC_ENOMEM, "registration ranges");
   for (t = 0; t < s->n_tables; t++) {
@@ -101,7 +101,7 @@ static emc_status register_store(emc__cuda_cache *k, const emc_store *s) {
   }
   k->regs = r;
   for (i = 0; i < j; i++) {
-    cudaError_t e = cudaHostRegister((void *)r[i].lo, r[i].hi - r[i].lo,
+    cudaError_t e = emc__cu_host_register((void *)r[i].lo, r[i].hi - r[i].lo,
                                      cudaHostRegisterMapped | cudaHostRegisterPortable);
     if (e != cudaSuccess) {
       k->n_regs = i;
@@ -234,7 +234,7 @@ static emc_status grow_slot(emc__cuda_cache *k, emc__scratch *S, uint64_t n, siz
     S->C.n = 0;
     S->cap_bytes = 0;
     S->cap_gbytes = 0;
-    e = cudaMallocAsync((void **)&mem, total, k->priv);
+    e = emc__cu_malloc_async((void **)&mem, total, k->priv);
   }
   if (e == cudaSuccess) {
     S->mem = mem;
@@ -260,7 +260,7 @@ static emc_status new_slot(emc__cuda_cache *k, emc__scratch *S) {
   memset(S, 0, sizeof *S);
   CU(cudaEventCreateWithFlags(&S->looked, cudaEventDisableTiming));
   CU(cudaEventCreateWithFlags(&S->done, cudaEventDisableTiming));
-  CU(cudaHostAlloc((void **)&S->pinned, ((size_t)k->n_tables * 3 + 3 + 8) * 8, cudaHostAllocDefault));
+  CU(emc__cu_host_alloc((void **)&S->pinned, ((size_t)k->n_tables * 3 + 3 + 8) * 8, cudaHostAllocDefault));
   return EMC_OK;
 }
 
@@ -346,7 +346,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   size_t free_b = 0, total_b = 0, need_b, kb = c->codec.key_bits == 32 ? 4 : 8, per_page = 0;
   uint64_t slots;
   dglob g0;
-  if (!(k = (emc__cuda_cache *)calloc(1, sizeof *k))) return EMC_FAIL(EMC_ENOMEM, "cuda cache");
+  if (!(k = (emc__cuda_cache *)emc__calloc(1, sizeof *k))) return EMC_FAIL(EMC_ENOMEM, "cuda cache");
   c->cuda = k;
   k->n_tables = n;
   k->device = c->cfg.device;
@@ -355,9 +355,9 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
     c->cuda = NULL;
     return EMC_FAIL(EMC_ENOMEM, "mutex");
   }
-  layout = (emc__page_layout *)calloc(n, sizeof *layout);
-  k->tabs_host = (dtab *)calloc(n, sizeof *k->tabs_host);
-  k->map_claim = (uint32_t **)calloc(n, sizeof *k->map_claim);
+  layout = (emc__page_layout *)emc__calloc(n, sizeof *layout);
+  k->tabs_host = (dtab *)emc__calloc(n, sizeof *k->tabs_host);
+  k->map_claim = (uint32_t **)emc__calloc(n, sizeof *k->map_claim);
   if (!layout || !k->tabs_host || !k->map_claim) {
     st = EMC_FAIL(EMC_ENOMEM, "cuda cache tables");
     goto out;
@@ -435,36 +435,36 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
     d->state_off = tb->state_off;
     d->state = tb->state;
     if (tb->kind == EMC_TABLE_HASHED) { /* the map's used slots, as bits the device claims */
-      CUG(cudaMalloc((void **)&k->map_claim[t], (size_t)(tb->map_cap / 32 + 1) * 4));
+      CUG(emc__cu_malloc((void **)&k->map_claim[t], (size_t)(tb->map_cap / 32 + 1) * 4));
       d->map_claim = k->map_claim[t];
     }
   }
-  CUG(cudaHostAlloc((void **)&k->mirror_host, 3 * sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
-  CUG(cudaHostAlloc((void **)&k->offs_host, ((size_t)n + 1) * 8, cudaHostAllocDefault));
+  CUG(emc__cu_host_alloc((void **)&k->mirror_host, 3 * sizeof(ull), cudaHostAllocMapped | cudaHostAllocPortable));
+  CUG(emc__cu_host_alloc((void **)&k->offs_host, ((size_t)n + 1) * 8, cudaHostAllocDefault));
   memset(k->mirror_host, 0, 3 * sizeof(ull));
   {
     void *p;
     CUG(cudaHostGetDevicePointer(&p, k->mirror_host, 0));
     k->V.bad_mirror = (ull *)p;
   }
-  CUG(cudaMalloc(&k->V.ix.keys, (size_t)slots * kb));
-  CUG(cudaMalloc((void **)&k->V.ix.lm, (size_t)slots * 8));
-  CUG(cudaMalloc((void **)&k->V.ix.stamps, (size_t)slots * 2));
-  CUG(cudaMalloc((void **)&k->V.arena, k->arena_bytes));
-  CUG(cudaMalloc((void **)&k->V.tabs, n * sizeof(dtab)));
-  CUG(cudaMalloc((void **)&k->V.ts, n * sizeof(tstate)));
-  CUG(cudaMalloc((void **)&k->V.g, sizeof(dglob)));
-  CUG(cudaMalloc((void **)&k->V.free_pages, (size_t)geo.n_pages * 4));
-  CUG(cudaMalloc((void **)&k->V.plist, (size_t)geo.n_pages * 4));
-  CUG(cudaMalloc((void **)&k->V.new_pages, (size_t)geo.n_pages * 4));
-  CUG(cudaMalloc((void **)&k->V.hist, EMC_HIST * sizeof(ull)));
-  CUG(cudaMalloc((void **)&k->V.wb_cells, EMC_WB_CELLS * 4));
-  CUG(cudaMalloc((void **)&k->repack_marks, EMC_REPACK_STEP));
+  CUG(emc__cu_malloc(&k->V.ix.keys, (size_t)slots * kb));
+  CUG(emc__cu_malloc((void **)&k->V.ix.lm, (size_t)slots * 8));
+  CUG(emc__cu_malloc((void **)&k->V.ix.stamps, (size_t)slots * 2));
+  CUG(emc__cu_malloc((void **)&k->V.arena, k->arena_bytes));
+  CUG(emc__cu_malloc((void **)&k->V.tabs, n * sizeof(dtab)));
+  CUG(emc__cu_malloc((void **)&k->V.ts, n * sizeof(tstate)));
+  CUG(emc__cu_malloc((void **)&k->V.g, sizeof(dglob)));
+  CUG(emc__cu_malloc((void **)&k->V.free_pages, (size_t)geo.n_pages * 4));
+  CUG(emc__cu_malloc((void **)&k->V.plist, (size_t)geo.n_pages * 4));
+  CUG(emc__cu_malloc((void **)&k->V.new_pages, (size_t)geo.n_pages * 4));
+  CUG(emc__cu_malloc((void **)&k->V.hist, EMC_HIST * sizeof(ull)));
+  CUG(emc__cu_malloc((void **)&k->V.wb_cells, EMC_WB_CELLS * 4));
+  CUG(emc__cu_malloc((void **)&k->repack_marks, EMC_REPACK_STEP));
   /* prefetch pins: prefetch_depth + 1 lists, grown to a batch's size by its first prefetch */
   k->V.n_lists = c->cfg.prefetch_depth + 1;
   k->V.ring_cap = 0;
   k->V.ring_keys = NULL;
-  CUG(cudaMalloc((void **)&k->V.ring_n, (size_t)k->V.n_lists * 4));
+  CUG(emc__cu_malloc((void **)&k->V.ring_n, (size_t)k->V.n_lists * 4));
   CUG(cudaMemsetAsync(k->V.ring_n, 0, (size_t)k->V.n_lists * 4, k->priv));
   k->V.ix.epoch = &k->V.g->repack_epoch;
   memset(&g0, 0, sizeof g0);
@@ -669,7 +669,7 @@ static emc_status flush_reports(emc_cache *c) {
   ull bad = mirror[0], errs = mirror[1], shortfall = mirror[2];
   emc_status status = EMC_OK;
   char detail[768] = "", part[384];
-  tstate *ts = (tstate *)malloc(k->n_tables * sizeof *ts);
+  tstate *ts = (tstate *)emc__malloc(k->n_tables * sizeof *ts);
   dglob g;
   uint32_t t;
   cudaError_t e;
@@ -787,7 +787,7 @@ extern "C" emc_status emc__cuda_stats(const emc_cache *c, emc_stats *o) {
   {
     uint64_t rc = 0;
     uint32_t t;
-    tstate *ts = (tstate *)malloc(k->n_tables * sizeof *ts);
+    tstate *ts = (tstate *)emc__malloc(k->n_tables * sizeof *ts);
     if (!ts) return EMC_FAIL(EMC_ENOMEM, "stats scratch");
     e = cudaMemcpyAsync(ts, k->V.ts, k->n_tables * sizeof *ts, cudaMemcpyDeviceToHost, k->priv);
     if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);

@@ -183,6 +183,26 @@ typedef struct dcall {
   size_t cub_bytes;
 } dcall;
 
+/* ---------------------------------------------------------------- allocations
+ * Every device, pinned and registered allocation of the backend, behind lib/alloc.c's
+ * failure-injection hook (the test suite makes any one of them fail as when memory runs out). */
+static inline cudaError_t emc__cu_malloc(void **p, size_t bytes) {
+  if (emc__inject_fail("cudaMalloc", bytes)) return cudaErrorMemoryAllocation;
+  return cudaMalloc(p, bytes);
+}
+static inline cudaError_t emc__cu_malloc_async(void **p, size_t bytes, cudaStream_t st) {
+  if (emc__inject_fail("cudaMallocAsync", bytes)) return cudaErrorMemoryAllocation;
+  return cudaMallocAsync(p, bytes, st);
+}
+static inline cudaError_t emc__cu_host_alloc(void **p, size_t bytes, unsigned flags) {
+  if (emc__inject_fail("cudaHostAlloc", bytes)) return cudaErrorMemoryAllocation;
+  return cudaHostAlloc(p, bytes, flags);
+}
+static inline cudaError_t emc__cu_host_register(void *p, size_t bytes, unsigned flags) {
+  if (emc__inject_fail("cudaHostRegister", bytes)) return cudaErrorMemoryAllocation;
+  return cudaHostRegister(p, bytes, flags);
+}
+
 /* ---------------------------------------------------------------- strong accesses
  * Relaxed loads and stores at GPU scope: morally strong, so the fences of the reader protocol
  * order them (lib/emc_item.h, "index"); they bypass L1, where no other SM's writes show. */

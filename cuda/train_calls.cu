@@ -206,8 +206,8 @@ static emc_status update_call(emc_cache *c, const uint64_t *ids, const uint64_t 
     pthread_mutex_unlock(&k->lock);
     return EMC_OK;
   }
-  inoff = (uint64_t *)malloc(k->n_tables * 8);
-  outoff = (uint64_t *)malloc(k->n_tables * 8);
+  inoff = (uint64_t *)emc__malloc(k->n_tables * 8);
+  outoff = (uint64_t *)emc__malloc(k->n_tables * 8);
   if (!inoff || !outoff) {
     status = EMC_FAIL(EMC_ENOMEM, "offsets of %u tables", k->n_tables);
     goto unlock;
@@ -298,7 +298,7 @@ static emc_status grow_ring(tcall *tc) {
   if (want < 2 * cap) want = 2 * cap;
   if (want < 4096) want = 4096;
   if ((e = cudaStreamSynchronize(k->writer)) != cudaSuccess ||
-      (e = cudaMalloc((void **)&keys, (size_t)V->n_lists * want * 8)) != cudaSuccess)
+      (e = emc__cu_malloc((void **)&keys, (size_t)V->n_lists * want * 8)) != cudaSuccess)
     return emc__cuda_fail(e, "growing the pin lists");
   if (cap && (e = cudaMemcpy2D(keys, want * 8, V->ring_keys, cap * 8, cap * 8, V->n_lists,
                                cudaMemcpyDeviceToDevice)) != cudaSuccess) {
@@ -339,7 +339,7 @@ extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, cons
     pthread_mutex_unlock(&k->lock);
     return EMC_FAIL(EMC_EINVAL, "a captured emc_prefetch takes device ids");
   }
-  zero = (uint64_t *)calloc(k->n_tables, 8);
+  zero = (uint64_t *)emc__calloc(k->n_tables, 8);
   if (!zero) {
     status = EMC_FAIL(EMC_ENOMEM, "offsets of %u tables", k->n_tables);
     goto unlock;
@@ -399,7 +399,7 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
     status = EMC_FAIL(EMC_EINVAL, "a captured emc_dedup takes device buffers");
     goto unlock;
   }
-  zero = (uint64_t *)calloc(T, 8);
+  zero = (uint64_t *)emc__calloc(T, 8);
   if (!zero) {
     status = EMC_FAIL(EMC_ENOMEM, "offsets of %u tables", T);
     goto unlock;
