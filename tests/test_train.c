@@ -1330,17 +1330,21 @@ END_TEST
 
 /* ------------------------------------------------------------------ main */
 int main(void) {
-  Suite *s = suite_create("train");
-  TCase *tt = tcase_create("training"), *tp = tcase_create("pins"), *tb = tcase_create("api");
+  Suite *s;
+  TCase *tt, *tp, *tb;
   SRunner *sr;
   int failed;
 #ifdef EMCT_GPU
   char err[256] = "";
-  if (emc__cuda_device_count(err, sizeof err) <= 0) {
+  if (emc__cuda_device_count(err, sizeof err) <= 0) { /* (before Check allocates anything) */
     printf("test_gpu_train: skipped, no CUDA device (%s)\n", err);
     return 77;
   }
 #endif
+  s = suite_create("train");
+  tt = tcase_create("training");
+  tp = tcase_create("pins");
+  tb = tcase_create("api");
   tcase_add_loop_test(tt, training_matches_reference, 0, (int)N_TCFG);
   tcase_add_loop_test(tp, pins_hold_through_window_then_expire, 0, 2);
   tcase_add_test(tp, over_large_prefetch);
