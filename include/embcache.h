@@ -88,10 +88,10 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 #define EMC_VERSION_MAJOR 0
-#define EMC_VERSION_MINOR 1
+#define EMC_VERSION_MINOR 2
 #define EMC_VERSION_PATCH 0
 #define EMC_VERSION_NUMBER (EMC_VERSION_MAJOR * 10000 + EMC_VERSION_MINOR * 100 + EMC_VERSION_PATCH)
-#define EMC_VERSION_STRING "0.1.0"
+#define EMC_VERSION_STRING "0.2.0"
 
 /* Runtime version of the linked library, EMC_VERSION_NUMBER's encoding. */
 EMC_API unsigned emc_version(void);
