@@ -122,6 +122,18 @@ cuda:
   return emc__cuda_fail(e, what);
 }
 
+/* A call that failed to enqueue (lock held): its status; the slot, which may hold part of the
+ * call, is made afresh before it serves again, once copies that may still read the caller's
+ * host buffers are done. */
+static emc_status enqueue_failed(tcall *tc, cudaError_t e, const char *what) {
+  emc_status status = emc__cuda_fail(e, what);
+  if (tc->S && !tc->S->captured) {
+    cudaStreamSynchronize(tc->st);
+    tc->S->C.n = 0;
+  }
+  return status;
+}
+
 /* The writer call of an update or a prefetch: on the writer stream after the caller's stream
  * (or, under capture, on the caller's stream behind the device lock). */
 static cudaError_t writer(tcall *tc) {
@@ -253,11 +265,7 @@ static emc_status update_call(emc_cache *c, const uint64_t *ids, const uint64_t 
   pthread_mutex_unlock(&k->lock);
   return EMC_OK;
 cuda:
-  status = emc__cuda_fail(e, what);
-  if (tc.S && !tc.S->captured) {
-    cudaStreamSynchronize(tc.st); /* copies may still read the caller's host buffers */
-    tc.S->C.n = 0;
-  }
+  status = enqueue_failed(&tc, e, what);
 unlock:
   pthread_mutex_unlock(&k->lock);
   free(inoff);
@@ -359,11 +367,7 @@ extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, cons
   pthread_mutex_unlock(&k->lock);
   return status;
 cuda:
-  status = emc__cuda_fail(e, what);
-  if (tc.S && !tc.S->captured) {
-    cudaStreamSynchronize(tc.st);
-    tc.S->C.n = 0;
-  }
+  status = enqueue_failed(&tc, e, what);
 unlock:
   pthread_mutex_unlock(&k->lock);
   free(zero);
@@ -444,11 +448,7 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
   pthread_mutex_unlock(&k->lock);
   return EMC_OK;
 cuda:
-  status = emc__cuda_fail(e, what);
-  if (tc.S && !tc.S->captured) {
-    cudaStreamSynchronize(tc.st);
-    tc.S->C.n = 0;
-  }
+  status = enqueue_failed(&tc, e, what);
 unlock:
   pthread_mutex_unlock(&k->lock);
   free(zero);
