@@ -23,7 +23,8 @@
  *   writer call is captured on the caller's stream instead, and a device-side lock orders it
  *   with the writer stream's calls when the graph is replayed.
  *   Scratch: a pool of up to EMC_SLOTS_MAX slots, each used by one call and its writer call;
- *   when all are in flight, the next call's stream waits for one's writer call, in turn. A
+ *   when all are in flight, the next call waits on the host for the oldest one's writer call
+ *   (back-pressure when the host runs that many calls ahead of the device). A
  *   captured call gets a slot of its own that its graph keeps (replays of one graph are
  *   ordered by CUDA; the slot's miss-set epoch lives in device memory and moves on each time).
  */
@@ -321,11 +322,13 @@ emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, 
     }
     k->n_slots++;
   }
-  if (!S) { /* every slot in flight: this call waits for one of them, in turn */
+  if (!S) {
+    /* every slot in flight (the host ran EMC_SLOTS_MAX calls ahead of the device): this call
+     * waits, on the host, for the oldest one's writer call. A device-side wait would not do:
+     * the host refills the slot's pinned buffer, which that call's copies may still read. */
     S = &k->slots[k->next_wait];
     k->next_wait = (k->next_wait + 1) % EMC_SLOTS_MAX;
-    if (S->C.n >= n && S->cap_bytes >= bytes && S->cap_gbytes >= gbytes)
-      CU(cudaStreamWaitEvent(st, S->done, 0));
+    CU(cudaEventSynchronize(S->done));
   }
   if (S->C.n < n || S->cap_bytes < bytes || S->cap_gbytes < gbytes || !S->mem)
     EMC_TRY(grow_slot(k, S, n, bytes, gbytes));

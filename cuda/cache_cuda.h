@@ -9,7 +9,7 @@
 
 #include "dev.cuh"
 
-#define EMC_SLOTS_MAX 8u   /* scratch slots: calls in flight at once before callers wait */
+#define EMC_SLOTS_MAX 16u  /* scratch slots: calls in flight at once before callers wait */
 #define EMC_PTR_CACHE 8u   /* pointers whose memory space is remembered */
 
 typedef struct reg_range {

@@ -44,7 +44,9 @@
  *   Streams: a lookup is one kernel on `stream` (a cudaStream_t; NULL = the default stream)
  *   plus an event record, and returns without waiting for the device unless a host buffer has
  *   to be filled: lookups from any number of streams and threads run on the device at once.
- *   Read `out` after synchronizing `stream`. Every change to the cache (admitting a lookup's
+ *   Read `out` after synchronizing `stream`. A cache keeps up to 16 calls in flight (each
+ *   with its scratch); a call made while 16 are still running on the device first waits, on
+ *   the host, for the oldest one. Every change to the cache (admitting a lookup's
  *   misses, eviction, emc_insert, emc_flush) runs on the cache's own writer stream, one after
  *   another, beside the lookups; a lookup's misses are admitted there after it, asynchronously,
  *   so the next lookup of the same rows may still miss. Readers validate every row they copy
