@@ -139,29 +139,33 @@ static void evict_pass(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
   uint64_t need = in_use > h->low_bytes ? in_use - h->low_bytes : 0, acc = 0, freed = 0, i;
-  uint32_t cut;
+  uint32_t cut, top = 0; /* buckets [top, EMC__HIST_BUCKETS) are empty */
   if (need == 0) return;
   EMC__CNT_ADD(h->n_passes, 1);
   if (h->host_entries > 0 &&
       h->host_entries >= c->cfg.unified_index_rows - c->cfg.unified_index_rows / 4)
     drop_unified(c);
-  /* scan 1: bytes per age bucket (stamps clamped on the way) */
-  memset(h->hist, 0, EMC__HIST_BUCKETS * sizeof *h->hist);
+  /* scan 1: bytes per age bucket (stamps clamped on the way). The histogram is all zero
+   * between passes (calloc'ed, cleared below up to `top`): a small cache's pass costs its index
+   * walk, not a sweep of EMC__HIST_BUCKETS buckets. */
   for (i = 0; i < h->ix_slots; i++) {
     uint32_t t, b;
     uint64_t lm, key, k = emc__ix_key(&h->ix, i);
     if (k == emc__key_empty(h->ix.key_bits) || k == emc__key_tomb(h->ix.key_bits)) continue;
     b = entry_age(h, i, now) / AGE_WIDTH; /* every entry's stamp is clamped, pinned ones too */
     if (!pool_entry(h, i, &t, &lm, &key)) continue;
-    h->hist[b < EMC__HIST_BUCKETS ? b : EMC__HIST_BUCKETS - 1] += h->layout[t].stride;
+    if (b >= EMC__HIST_BUCKETS) b = EMC__HIST_BUCKETS - 1;
+    h->hist[b] += h->layout[t].stride;
+    if (b >= top) top = b + 1;
   }
   __atomic_store_n(&h->aged_at, now, __ATOMIC_RELAXED);
   /* cut: the oldest buckets together reach the need at bucket `cut` */
-  for (cut = EMC__HIST_BUCKETS; cut-- > 0;) {
+  for (cut = top; cut-- > 0;) {
     acc += h->hist[cut];
     if (acc >= need) break;
   }
   if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  memset(h->hist, 0, top * sizeof *h->hist);
   /* scan 2: older than the cut, then the cut bucket, then younger ones, then anything */
   freed = evict_from(c, now, cut + 1, 0, need, freed);
   freed = evict_from(c, now, cut, 0, need, freed);

@@ -49,7 +49,8 @@ struct emc__host_cache {
   uint64_t repack_at;         /* next bucket of the sweep */
   uint32_t repack_epoch;      /* odd while a re-pack step runs (ix.epoch points here) */
   uint64_t repack_credit;     /* extra buckets owed to the sweep by this call's insertions */
-  uint64_t *repack_keys, *repack_lm; /* scratch of EMC__REPACK_MAX_BUCKETS buckets */
+  uint64_t *repack_keys, *repack_lm; /* scratch of repack_max_buckets buckets */
+  uint64_t repack_max_buckets;       /* min(EMC__REPACK_MAX_BUCKETS, index buckets) */
   uint16_t *repack_stamps;
   uint32_t meta_seq;          /* the writers' meta counter (emc_item.h, "index") */
   /* accounting */

@@ -26,11 +26,14 @@
 emc_status emc__hix_create(emc__host_cache *h, uint32_t key_bits, uint64_t buckets) {
   emc__index_view *ix = &h->ix;
   uint64_t i, n = buckets * EMC__BUCKET, empty = emc__key_empty(key_bits);
-  size_t kb = key_bits == 32 ? 4 : 8, rs = (size_t)EMC__REPACK_MAX_BUCKETS * EMC__BUCKET;
+  /* re-pack scratch: the longest cluster, which is no longer than the index */
+  uint64_t rb = buckets < EMC__REPACK_MAX_BUCKETS ? buckets : EMC__REPACK_MAX_BUCKETS;
+  size_t kb = key_bits == 32 ? 4 : 8, rs = (size_t)rb * EMC__BUCKET;
   ix->key_bits = key_bits;
   ix->n_buckets = buckets;
   ix->epoch = &h->repack_epoch;
   h->ix_slots = n;
+  h->repack_max_buckets = rb;
   h->ix_bytes = (size_t)n * emc__index_entry_bytes(key_bits);
   /* each part on its own, so the detail names the one that failed */
   if (!(ix->keys = emc__alloc((size_t)n * kb, 64, 0)))
@@ -129,7 +132,7 @@ void emc__hix_maintain(emc_cache *c, int finish) {
   while (h->repack_left > 0 && spent < budget) {
     uint64_t b = h->repack_at % nb, step = 1;
     if (emc__bucket_has_empty(ix, (b + nb - 1) % nb)) { /* a cluster starts at b */
-      uint64_t len = emc__index_cluster_len(ix, b, EMC__REPACK_MAX_BUCKETS);
+      uint64_t len = emc__index_cluster_len(ix, b, h->repack_max_buckets);
       if (len > 0) {
         h->ix_tomb -= emc__index_repack(ix, b, len, h->repack_keys, h->repack_lm, h->repack_stamps);
         step = len;
