@@ -22,12 +22,14 @@ emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_l
   const emc_store *s = c->store;
   uint32_t t, n = s->n_tables, max_stride = 0, min_stride = UINT32_MAX, hashed = 0;
   uint64_t min_page_rows_bytes = UINT64_MAX, p, cap = c->cfg.capacity_bytes, slots, live;
+  uint64_t store_rows = 0; /* rows the store can hold: no cache holds more entries than that */
   memset(g, 0, sizeof *g);
   for (t = 0; t < n; t++) {
     const emc__table *tb = &s->tables[t];
     if (tb->stride > max_stride) max_stride = tb->stride;
     if (tb->stride < min_stride) min_stride = tb->stride;
     hashed |= tb->kind == EMC_TABLE_HASHED;
+    store_rows = tb->rows > UINT64_MAX - store_rows ? UINT64_MAX : store_rows + tb->rows;
   }
   /* the thresholds: products of a size_t and a float below 1, never above capacity_bytes */
   g->high_bytes = emc__u64_scale(cap, c->cfg.evict_high);
@@ -64,11 +66,16 @@ emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g, emc__page_l
   g->max_stride = max_stride;
   g->min_stride = min_stride;
   /* Index: the live pool entries (no more rows than fit under t1, nor than the pages hold)
-   * plus the unified-index entries (hashed tables only), at load EMC__INDEX_LOAD. */
+   * plus the unified-index entries (hashed tables only), at load EMC__INDEX_LOAD. Every entry
+   * is a distinct row of the store (a dense id below its rows, a hashed id with a store row),
+   * so a budget larger than the store gets an index for the store's rows, not the budget's:
+   * eviction passes walk the whole index. */
   slots = (uint64_t)g->n_pages * g->max_slots;
   g->max_rows = g->high_bytes / min_stride < slots ? g->high_bytes / min_stride : slots;
+  if (g->max_rows > store_rows) g->max_rows = store_rows;
   g->unified = hashed ? c->cfg.unified_index_rows : 0;
-  live = g->max_rows + g->unified;
+  live = g->max_rows + (g->unified < store_rows - g->max_rows ? g->unified
+                                                              : store_rows - g->max_rows);
   g->ix_buckets = (uint64_t)((double)live / EMC__INDEX_LOAD / EMC__BUCKET) + 2;
   return EMC_OK;
 }

@@ -929,6 +929,53 @@ START_TEST(lookup_ex_where) {
 }
 END_TEST
 
+/* A budget larger than the store: the index is sized for the rows the store can hold (dense
+ * rows + hashed capacity), not for the rows the budget could hold (an eviction pass walks the
+ * whole index). The cache then takes every row of the store, the index at its design load, and
+ * serves them all as hits. _i: 32- and 64-bit keys. */
+START_TEST(index_sized_by_store) {
+  static const emct_tspec spec[2] = {{EMC_TABLE_DENSE, 1000, 4, EMC_DTYPE_F32, 0, 0},
+                                     {EMC_TABLE_HASHED, 500, 8, EMC_DTYPE_F16, 500, 400}};
+  const uint64_t rows = 1000 + 500, bound = ((uint64_t)((double)rows / 0.92 / 8) + 2) * 8;
+  emct_world w;
+  emc_cache *c;
+  uint64_t ids[1500], ranks[1500], offs[3] = {0, 1000, 1400}, i;
+  unsigned char out[1500 * 16], rows_in[100 * 16];
+  uint8_t where[1500];
+  emc__cache_debug d;
+  emct_world_init(&w, spec, 2, 1.0, 83 + (uint64_t)_i);
+  c = make_cache(&w, (size_t)64 << 20, 0.95f, 0.8f, _i ? 64 : 32, (uint64_t)1 << 20);
+  d = get_debug(c);
+  ck_assert_msg(d.index_slots >= rows && d.index_slots <= bound,
+                "index of %llu entries for a store of %llu rows (expected at most %llu)",
+                (unsigned long long)d.index_slots, (unsigned long long)rows,
+                (unsigned long long)bound);
+  for (i = 0; i < 1000; i++) ids[i] = emct_id_of(&w, 0, ranks[i] = i);
+  for (i = 1000; i < 1400; i++) ids[i] = emct_id_of(&w, 1, ranks[i] = i - 1000);
+  lookup_checked(c, &w, ids, ranks, offs, out, where, 1, "every row, cold");
+  /* the hashed table's last 100 ids are created by an insert: the store is then full */
+  {
+    uint64_t ioffs[3] = {0, 0, 100};
+    for (i = 0; i < 100; i++) ids[i] = emct_id_of(&w, 1, ranks[i] = 400 + i);
+    pattern_batch(&w, ids, ioffs, 7, rows_in);
+    EMCT_OK(emc_insert(c, ids, ioffs, rows_in, NULL));
+    emct_world_apply_insert(&w, ranks, ioffs, rows_in);
+    emct_check_cache(c, &w, 0, "store full");
+  }
+  offs[2] = 1500;
+  for (i = 0; i < 1000; i++) ids[i] = emct_id_of(&w, 0, ranks[i] = i);
+  for (i = 1000; i < 1500; i++) ids[i] = emct_id_of(&w, 1, ranks[i] = i - 1000);
+  lookup_checked(c, &w, ids, ranks, offs, out, where, 0, "every row, warm");
+  for (i = 0; i < rows; i++) ck_assert_int_eq(where[i], EMC_WHERE_CACHE);
+  ck_assert_uint_eq(get_stats(c).rows_cached, rows);
+  ck_assert_uint_eq(get_stats(c).evictions, 0);
+  EMCT_OK(emc_flush(c, NULL));
+  emct_world_check_store(&w, "flush");
+  EMCT_OK(emc_cache_destroy(c));
+  emct_world_free(&w);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cache");
   TCase *tz = tcase_create("zipf"), *ti = tcase_create("insert"), *tb = tcase_create("bounds"),
@@ -950,6 +997,7 @@ int main(void) {
   tcase_add_test(te, unified_entry_after_one_eviction);
   tcase_add_test(te, hashed_key_collision);
   tcase_add_test(te, lookup_ex_where);
+  tcase_add_loop_test(te, index_sized_by_store, 0, 2);
   tcase_set_timeout(tz, emct_timeout(60));
   tcase_set_timeout(ti, emct_timeout(60));
   tcase_set_timeout(tb, emct_timeout(60));
