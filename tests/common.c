@@ -34,6 +34,13 @@ char *emct_tmpdir(char *buf, size_t cap) {
   return buf;
 }
 
+int emct_gpu_present(const char *suite) {
+  int n = 0;
+  if (emc_device_count(&n) == EMC_OK && n > 0) return 1;
+  printf("%s: no CUDA device (%s): skipped\n", suite, emc_last_error_detail());
+  return 0;
+}
+
 void emct_rmdir(const char *dir) {
   DIR *d = opendir(dir);
   struct dirent *e;

@@ -153,4 +153,9 @@ void emct_pattern_row(uint32_t table, uint64_t id, uint64_t tag, uint32_t dim, e
  * admissions - evictions <= rows_cached <= admissions + inserts - evictions. */
 void emct_check_cache(emc_cache *c, const emct_world *w, int no_inserts, const char *what);
 
+/* GPU suites: 1 when a CUDA device answers (emc_device_count); else prints
+ * "<suite>: no CUDA device (<detail>): skipped" and returns 0, and the caller exits 77 (CTest's
+ * SKIP_RETURN_CODE). Call it first in main: it allocates nothing Check's leak checks see. */
+int emct_gpu_present(const char *suite);
+
 #endif /* EMC_TESTS_COMMON_H */

@@ -947,15 +947,11 @@ START_TEST(gpu_four_streams_lookups_only) {
 END_TEST
 
 int main(void) {
-  char err[256] = "";
-  int n = emc__cuda_device_count(err, sizeof err), failed;
+  int failed;
   Suite *s;
   TCase *tc;
   SRunner *sr;
-  if (n <= 0) {
-    printf("test_gpu_threads: no CUDA device (%s): skipped\n", n < 0 ? err : "0 devices");
-    return 77;
-  }
+  if (!emct_gpu_present("test_gpu_threads")) return 77;
   s = suite_create("gpu_threads");
   tc = tcase_create("concurrency");
   tcase_add_test(tc, gpu_four_streams_one_writer);

@@ -1335,11 +1335,7 @@ int main(void) {
   SRunner *sr;
   int failed;
 #ifdef EMCT_GPU
-  char err[256] = "";
-  if (emc__cuda_device_count(err, sizeof err) <= 0) { /* (before Check allocates anything) */
-    printf("test_gpu_train: skipped, no CUDA device (%s)\n", err);
-    return 77;
-  }
+  if (!emct_gpu_present("test_gpu_train")) return 77; /* (before Check allocates anything) */
 #endif
   s = suite_create("train");
   tt = tcase_create("training");

@@ -194,15 +194,11 @@ START_TEST(device_buffers) { sweep(1); }
 END_TEST
 
 int main(void) {
-  char err[256] = "";
-  int n = emc__cuda_device_count(err, sizeof err), failed_n;
+  int failed_n;
   Suite *s;
   SRunner *sr;
   TCase *tc;
-  if (n <= 0) {
-    printf("test_gpu_alloc_fail: no CUDA device (%s): skipped\n", n < 0 ? err : "0 devices");
-    return 77;
-  }
+  if (!emct_gpu_present("test_gpu_alloc_fail")) return 77;
   s = suite_create("gpu_alloc_fail");
   tc = tcase_create("sweep");
   tcase_add_test(tc, host_buffers);

@@ -473,15 +473,11 @@ START_TEST(bad_ids_and_budgets) {
 END_TEST
 
 int main(void) {
-  char err[256] = "";
-  int n = emc__cuda_device_count(err, sizeof err), failed;
+  int failed;
   Suite *s;
   SRunner *sr;
   TCase *tc;
-  if (n <= 0) {
-    printf("test_gpu_cache: no CUDA device (%s): skipped\n", n < 0 ? err : "0 devices");
-    return 77;
-  }
+  if (!emct_gpu_present("test_gpu_cache")) return 77;
   emct_rng_seed(&trng, 42);
   quick = getenv("EMC_TEST_QUICK") && getenv("EMC_TEST_QUICK")[0] == '1';
   s = suite_create("gpu_cache");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "emc_cuda.h"
 #include "internal.h"
 
@@ -54,15 +55,11 @@ START_TEST(keys_match_host) {
 END_TEST
 
 int main(void) {
-  char err[256] = "";
-  int n = emc__cuda_device_count(err, sizeof err), failed;
+  int failed;
   Suite *s;
   SRunner *sr;
   TCase *tc;
-  if (n <= 0) {
-    printf("test_gpu_keys: no CUDA device (%s): skipped\n", n < 0 ? err : "0 devices");
-    return 77;
-  }
+  if (!emct_gpu_present("test_gpu_keys")) return 77;
   s = suite_create("gpu_keys");
   tc = tcase_create("keys");
   tcase_add_test(tc, keys_match_host);
