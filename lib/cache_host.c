@@ -134,18 +134,22 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
     uint64_t lm1, lm2, owner = id;
     uint32_t loc;
     unsigned char *pg, *src;
+    EMC__TP(EMC__TP_READ, "read: probed");
     if (pos < 0) {
       /* absent, unless a re-pack step raced the probe (the epoch says); the fence also makes
        * the store read see the write-back that preceded an eviction the probe observed */
       EMC_FENCE_ACQUIRE();
       if ((e1 & 1u) || EMC_LD_RELAXED(h->ix.epoch) != e1) {
+        EMC__TP(EMC__TP_RETRY, "read: a re-pack raced the miss");
         EMC__CNT_ADD(h->n_retries, 1);
         continue;
       }
       return read_store(c, t, id, dst, 1);
     }
     lm1 = emc__ix_lm(&h->ix, (uint64_t)pos);
+    EMC__TP(EMC__TP_READ, "read: entry loaded");
     if (lm1 & EMC__LM_BUSY) { /* a writer is changing the row (or the entry is being made) */
+      EMC__TP(EMC__TP_RETRY, "read: entry busy");
       EMC__CNT_ADD(h->n_retries, 1);
       sched_yield();
       continue;
@@ -165,9 +169,11 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
       if (L->off_owner) owner = EMC_LD_RELAXED(emc__slot_owner(pg, L, loc % h->max_slots));
       emc__row_load(dst, src, tb->row_bytes);
     }
+    EMC__TP(EMC__TP_READ, "read: row copied");
     EMC_FENCE_ACQUIRE();
     lm2 = emc__ix_lm(&h->ix, (uint64_t)pos);
     if (!src || emc__ix_key(&h->ix, (uint64_t)pos) != key || !emc__lm_same(lm1, lm2)) {
+      EMC__TP(EMC__TP_RETRY, "read: entry changed");
       EMC__CNT_ADD(h->n_retries, 1);
       continue;
     }
@@ -192,10 +198,12 @@ int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t 
                  c->store->tables[t].full_bytes);
   if (L->off_owner) EMC_ST_RELAXED(emc__slot_owner(pg, L, (uint32_t)(loc % h->max_slots)), id);
   lm = emc__lm_make((uint32_t)loc, emc__next_meta(h, dirty ? EMC__META_DIRTY : 0));
+  EMC__TP(EMC__TP_WRITE, "admit: row in slot");
   if (pos >= 0) { /* unified entry -> slot */
     EMC_FENCE_RELEASE();
     EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
     EMC_ST_RELAXED(&h->ix.lm[pos], lm);
+    EMC__TP(EMC__TP_WRITE, "admit: unified entry to slot");
     h->host_entries--;
   } else {
     emc__hix_insert(c, key, lm, emc__stamp_of(now));
@@ -352,13 +360,16 @@ void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
   uint32_t loc = emc__lm_loc(lm);
   unsigned char *pg = emc__page_at(h, loc / h->max_slots);
   EMC_ST_RELAXED(&h->ix.lm[pos], lm | EMC__LM_BUSY);
+  EMC__TP(EMC__TP_WRITE, "update: lm busy");
   EMC_FENCE_RELEASE();
   emc__row_store(emc__slot_row(pg, &h->layout[t], loc % h->max_slots), src, bytes);
   EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
+  EMC__TP(EMC__TP_WRITE, "update: row written");
   EMC_FENCE_RELEASE();
   EMC_ST_RELAXED(&h->ix.lm[pos],
                  emc__lm_make(loc, emc__next_meta(h, EMC__META_DIRTY |
                                                          (emc__lm_meta(lm) & EMC__META_PINS))));
+  EMC__TP(EMC__TP_WRITE, "update: lm published");
   if (!(lm & EMC__LM_DIRTY)) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
 }
 
@@ -454,6 +465,7 @@ emc_status emc__host_flush(emc_cache *c) {
     emc__write_back(c, emc__hdr_at(h, loc / h->max_slots)->table, k, loc);
     /* only the DIRTY bit changes: readers ignore it, so no new meta */
     EMC_ST_RELEASE(&h->ix.lm[i], lm & ~EMC__LM_DIRTY);
+    EMC__TP(EMC__TP_WRITE, "flush: row clean");
     __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&h->lock);

@@ -11,7 +11,8 @@
  *   - pool page layout (free bitmaps), LRU stamps, the per-call miss set, admission planning
  *   - relaxed/acquire/release access helpers, row copy, f16 conversion, uniform rows
  *
- * Rules: no allocation, no libc beyond <stdint.h>/<string.h>, no globals.
+ * Rules: no allocation, no libc beyond <stdint.h>/<string.h>, no globals (but the tests' hook
+ * of "test points", which exists only in the tests' build).
  */
 #ifndef EMC_ITEM_H
 #define EMC_ITEM_H
@@ -59,6 +60,25 @@ __device__ __forceinline__ uint32_t emc__ld_acq_dev(const uint32_t *p) {
 #define EMC_ST_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define EMC_FENCE_ACQUIRE() __atomic_thread_fence(__ATOMIC_ACQUIRE)
 #define EMC_FENCE_RELEASE() __atomic_thread_fence(__ATOMIC_RELEASE)
+#endif
+
+/* ------------------------------------------------------------- test points
+ * EMC__TP(kind, what) marks a named step of the reader or writer protocol: after a load the
+ * protocol's argument is about (kind EMC__TP_READ), before a reader goes round again
+ * (EMC__TP_RETRY), after a store of the writer protocol (EMC__TP_WRITE). It compiles to
+ * nothing unless EMC_TEST_HOOKS is defined, which only the tests' build of the library
+ * (embcache_hooks) does: there it calls emc__tp_hook when a test installed one, and
+ * tests/test_protocol.c pauses threads at chosen steps to force interleavings. */
+enum { EMC__TP_READ = 1, EMC__TP_RETRY = 2, EMC__TP_WRITE = 3 };
+#if defined(EMC_TEST_HOOKS) && !defined(__CUDACC__)
+extern void (*emc__tp_hook)(int kind, const char *what);
+#define EMC__TP(kind, what)                                                              \
+  do {                                                                                   \
+    void (*emc_tp_f_)(int, const char *) = __atomic_load_n(&emc__tp_hook, __ATOMIC_ACQUIRE); \
+    if (emc_tp_f_) emc_tp_f_((kind), (what));                                            \
+  } while (0)
+#else
+#define EMC__TP(kind, what) ((void)0)
 #endif
 
 /* Copy `bytes` bytes from a version-protected row (src) to private memory (dst) with
@@ -486,15 +506,20 @@ EMC_HD uint64_t emc__index_repack(const emc__index_view *ix, uint64_t start, uin
     if (emc__ix_key(ix, p) == tmp_keys[i] && emc__ix_lm(ix, p) == tmp_lm[i]) continue;
     if (tmp_keys[i] == empty) {
       emc__ix_set_key(ix, p, empty);
+      EMC__TP(EMC__TP_WRITE, "repack: key emptied");
       EMC_FENCE_RELEASE();
       EMC_ST_RELAXED(&ix->lm[p], (uint64_t)EMC__LM_FREE);
+      EMC__TP(EMC__TP_WRITE, "repack: lm freed");
     } else {
       EMC_ST_RELAXED(&ix->lm[p], (uint64_t)EMC__LM_FREE);
+      EMC__TP(EMC__TP_WRITE, "repack: lm freed for a move");
       EMC_FENCE_RELEASE();
       emc__ix_set_key(ix, p, tmp_keys[i]);
       EMC_ST_RELAXED(&ix->stamps[p], tmp_stamps[i]);
+      EMC__TP(EMC__TP_WRITE, "repack: key moved in");
       EMC_FENCE_RELEASE();
       EMC_ST_RELAXED(&ix->lm[p], tmp_lm[i]);
+      EMC__TP(EMC__TP_WRITE, "repack: lm moved in");
     }
   }
   return tombs;

@@ -85,6 +85,7 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
   if (lm & EMC__LM_DIRTY) {
     emc__write_back(c, t, key, loc);
     __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+    EMC__TP(EMC__TP_WRITE, "evict: written back");
   }
   /* 2. the entry goes, or points at the hashed row's store row (a unified-index entry) */
   if (tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows) {
@@ -93,6 +94,7 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
   }
   if (row >= 0 && (uint64_t)row <= EMC__LOC_MAX) {
     EMC_ST_RELAXED(&h->ix.lm[pos], emc__lm_make(EMC__LOC_HOST | (uint32_t)row, emc__next_meta(h, 0)));
+    EMC__TP(EMC__TP_WRITE, "evict: unified entry");
     EMC_FENCE_RELEASE(); /* before the slot can be reused */
     h->host_entries++;
   } else {
@@ -104,6 +106,13 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
   __atomic_fetch_sub(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
   EMC__CNT_ADD(h->n_evictions, 1);
   return stride;
+}
+
+uint32_t emc__evict_at(emc_cache *c, uint64_t pos) {
+  uint32_t t;
+  uint64_t lm, key;
+  if (!pool_entry(c->host, pos, &t, &lm, &key)) return 0;
+  return evict_entry(c, pos, t, key, lm);
 }
 
 /* Drop every unified-index entry (they are all older than the entries a pass keeps). */

@@ -141,7 +141,7 @@ EMC_INTERNAL void emc__hix_insert(emc_cache *c, uint64_t key, uint64_t lm, uint1
 /* Remove the entry at pos: BUSY lm, then TOMB. */
 EMC_INTERNAL void emc__hix_remove(emc_cache *c, int64_t pos);
 /* Run a bounded step of the re-pack sweep, starting one when tombstones call for it (finish:
- * run the whole sweep). Writer calls run one step at their end. */
+ * run a whole sweep now, starting one if none runs). Writer calls run one step at their end. */
 EMC_INTERNAL void emc__hix_maintain(emc_cache *c, int finish);
 /* Does the entry (pos, lm) of table t hold id? (hashed: the slot's owner or the unified
  * entry's store row id; dense: always). Writer-side (no validation needed). */
@@ -152,6 +152,10 @@ EMC_INTERNAL int emc__hix_entry_is(const emc_cache *c, uint32_t t, uint64_t lm, 
 EMC_INTERNAL int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now);
 /* Write the row of the pool entry (key, loc) of table t back to its store row (writer). */
 EMC_INTERNAL void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc);
+/* Evict the live, unpinned pool entry at index position pos as a pass would (dirty: written
+ * back first; a hashed row may leave a unified-index entry). Returns the bytes freed, 0 when
+ * pos holds no such entry. Writer; passes use it, white-box tests call it directly. */
+EMC_INTERNAL uint32_t emc__evict_at(emc_cache *c, uint64_t pos);
 /* Clamp stamps older than EMC__AGE_CLAMP (writer); see emc_item.h "LRU stamps". */
 EMC_INTERNAL void emc__age_stamps(emc_cache *c, uint64_t now);
 

@@ -80,8 +80,10 @@ void emc__hix_insert(emc_cache *c, uint64_t key, uint64_t lm, uint16_t stamp) {
   EMC_ST_RELAXED(&h->ix.stamps[pos], stamp);
   EMC_FENCE_RELEASE();
   EMC_ST_RELAXED(&h->ix.lm[pos], lm);
+  EMC__TP(EMC__TP_WRITE, "insert: lm published");
   EMC_FENCE_RELEASE();
   emc__ix_set_key(&h->ix, (uint64_t)pos, key);
+  EMC__TP(EMC__TP_WRITE, "insert: key published");
   h->ix_live++;
 }
 
@@ -89,9 +91,11 @@ void emc__hix_remove(emc_cache *c, int64_t pos) {
   emc__host_cache *h = c->host;
   int keep_empty = emc__bucket_has_empty(&h->ix, (uint64_t)pos / EMC__BUCKET);
   EMC_ST_RELAXED(&h->ix.lm[pos], (uint64_t)EMC__LM_FREE);
+  EMC__TP(EMC__TP_WRITE, "remove: lm freed");
   EMC_FENCE_RELEASE();
   emc__ix_set_key(&h->ix, (uint64_t)pos,
                   keep_empty ? emc__key_empty(h->ix.key_bits) : emc__key_tomb(h->ix.key_bits));
+  EMC__TP(EMC__TP_WRITE, "remove: key dropped");
   EMC_FENCE_RELEASE(); /* before the slot can be reused */
   h->ix_live--;
   h->ix_tomb += !keep_empty;
@@ -120,7 +124,7 @@ void emc__hix_maintain(emc_cache *c, int finish) {
   int urgent = h->ix_tomb > 0 && h->ix_slots - h->ix_live - h->ix_tomb < h->ix_slots / 64;
   if (h->repack_left == 0) {
     h->repack_credit = 0;
-    if (h->ix_tomb <= h->ix_slots / 32 && !urgent) return;
+    if (h->ix_tomb <= h->ix_slots / 32 && !urgent && !finish) return;
     h->repack_left = nb;
   }
   budget = EMC__REPACK_STEP + h->repack_credit;
@@ -128,6 +132,7 @@ void emc__hix_maintain(emc_cache *c, int finish) {
   if (urgent || finish) budget = UINT64_MAX;
   /* the step: epoch odd, clusters re-packed, epoch even (readers' misses retry across it) */
   EMC_ST_RELAXED(ix->epoch, EMC_LD_RELAXED(ix->epoch) + 1u);
+  EMC__TP(EMC__TP_WRITE, "repack: epoch odd");
   EMC_FENCE_RELEASE();
   while (h->repack_left > 0 && spent < budget) {
     uint64_t b = h->repack_at % nb, step = 1;
@@ -144,4 +149,5 @@ void emc__hix_maintain(emc_cache *c, int finish) {
     if (h->repack_left == 0) h->repacks++;
   }
   EMC_ST_RELEASE(ix->epoch, EMC_LD_RELAXED(ix->epoch) + 1u);
+  EMC__TP(EMC__TP_WRITE, "repack: epoch even");
 }

@@ -219,6 +219,7 @@ int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const 
   EMC_ST_RELAXED(&t->map_ids[i], id);
   EMC_ST_RELEASE(&t->map_rowp1[i], row + 1u);
   EMC_ST_RELEASE(&t->count, row + 1u);
+  EMC__TP(EMC__TP_WRITE, "store: id published");
   return (int64_t)row;
 }
 
@@ -230,14 +231,18 @@ static void store_read_bytes(const emc_store *s, uint32_t table, uint64_t row, v
   const unsigned char *src = emc__store_row(t, row);
   for (;;) {
     uint32_t v1 = EMC_LD_ACQUIRE(v), v2;
+    EMC__TP(EMC__TP_READ, "store read: version");
     if (v1 & 1u) {
+      EMC__TP(EMC__TP_RETRY, "store read: a writer holds the row");
       sched_yield();
       continue;
     }
     emc__row_load(dst, src, bytes);
+    EMC__TP(EMC__TP_READ, "store read: row copied");
     EMC_FENCE_ACQUIRE();
     v2 = EMC_LD_RELAXED(v);
     if (v1 == v2) return;
+    EMC__TP(EMC__TP_RETRY, "store read: version moved");
   }
 }
 
@@ -246,9 +251,12 @@ static void store_write_bytes(emc_store *s, uint32_t table, uint64_t row, const 
   const emc__table *t = &s->tables[table];
   uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
   EMC_ST_RELAXED(v, EMC_LD_RELAXED(v) + 1u);
+  EMC__TP(EMC__TP_WRITE, "store: version odd");
   EMC_FENCE_RELEASE();
   emc__row_store(emc__store_row(t, row), src, bytes);
+  EMC__TP(EMC__TP_WRITE, "store: row written");
   EMC_ST_RELEASE(v, EMC_LD_RELAXED(v) + 1u);
+  EMC__TP(EMC__TP_WRITE, "store: version even");
 }
 
 void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst) {
