@@ -15,11 +15,14 @@
  *            copied to the call's staging buffer, which admission reads later
  *   fence    one acquire fence for the tile
  *   copy     G lanes per row (16-byte units when aligned; G by row size), every row of the tile
- *            loaded into registers before any is stored; rows wider than 32 units in chunks
+ *            loaded into registers before any is stored; rows wider than 32 units in chunks;
+ *            the owner lane re-reads the entry's key (hits and unified entries)
  *   fence    one more for the tile (the epochs for the next tile are read just before it)
- *   validate the owner lane re-reads key and lm (hits), the re-pack epoch (misses), the
- *            write-back cell of the key (store rows), the map or row id (hashed); a row that
- *            fails is probed and copied again. Hits stamp their entry with the device clock.
+ *   validate the owner lane re-reads lm (hits and unified entries: nothing is decided, not
+ *            even "another id's entry", before key and lm are known unchanged), the re-pack
+ *            epoch (misses), the write-back cell of the key (store rows), the map or row id
+ *            (hashed); a row that fails is probed and copied again. Hits stamp their entry
+ *            with the device clock.
  * Duplicates are probed independently; only misses are deduplicated. Two fences per tile are
  * the kernel's only fences; the protocol and why they suffice: lib/emc_item.h, "index".
  * The epochs a tile's misses are judged by are read before the fence that precedes its probe:
@@ -154,7 +157,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
   uint32_t c_hit = 0, c_miss = 0, c_abs = 0, c_uni = 0, c_retry = 0;
   /* tile state; row r's fields live in lane r */
   uint32_t t = 0, nrows = 0, kind = 0, fl = 0, done = 1, rb = 0;
-  uint64_t p0 = 0, id = 0, key = 0, lm1 = 0, aux = 0, owner_or_id = 0;
+  uint64_t p0 = 0, id = 0, key = 0, lm1 = 0, aux = 0, owner_or_id = 0, key2 = 0;
   int64_t pos = -1;
   const unsigned char *src = NULL;
   const dtab *tb = NULL;
@@ -208,7 +211,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
             kind = K_BUSY;
           } else if (loc & EMC__LOC_HOST) {
             aux = loc & EMC__LOC_MAX;
-            if (aux < tb->code.rows) {
+            if (tb->kind == EMC_TABLE_HASHED && aux < tb->code.rows) {
               kind = K_UNI;
               src = tb->base + aux * tb->stride;
             } else {
@@ -267,6 +270,9 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
       if (done || lane >= nrows) kf = (uint32_t)K_BUSY << 8; /* nothing to move */
       if (lane < nrows && !done && kind == K_HIT && aux) owner_or_id = ld_rlx((const uint64_t *)(uintptr_t)aux);
       if (lane < nrows && !done && kind == K_UNI) owner_or_id = ld_rlx(&tb->row_ids[aux]);
+      /* the entry's key is data of its entry word: re-read before fence 2, lm2 after it
+       * (emc_item.h, "index", steps 5-7) */
+      if (lane < nrows && !done && (kind == K_HIT || kind == K_UNI)) key2 = ix_key(V.ix, (uint64_t)pos);
       if (g.big) {
         unsigned char *d = dst0, *sg = stg0;
         if (g.u == 16) copy_big<uint4, 4>(g, lane, src, kf, d, sg);
@@ -288,18 +294,15 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         int ok = 1;
         if (kind == K_BUSY) {
           ok = 0;
-        } else if (kind == K_HIT) {
+        } else if (kind == K_HIT || kind == K_UNI) {
+          /* nothing is decided before (key, lm1) is known to have held pos throughout: a
+           * re-pack may have moved another id's entry into pos after the probe (issue 16) */
           uint64_t lm2 = ld_rlx(&V.ix.lm[pos]);
-          ok = ix_key(V.ix, (uint64_t)pos) == key && emc__lm_same(lm1, lm2);
-          if (ok && aux && owner_or_id != id) { /* another id's row under this key */
+          ok = key2 == key && emc__lm_same(lm1, lm2);
+          if (ok && (kind == K_UNI || aux) && owner_or_id != id) { /* another id's entry */
             ok = 0;
             fl |= F_NOCACHE;
-          }
-        } else if (kind == K_UNI) {
-          if (owner_or_id != id) {
-            ok = 0;
-            fl |= F_NOCACHE;
-          } else {
+          } else if (ok && kind == K_UNI) {
             ok = ld_rlx(&V.wb_cells[wb_cell(key)]) <= w_cur;
           }
         } else if (kind == K_MISS || kind == K_ABSENT) {

@@ -131,9 +131,10 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
   for (;;) {
     uint32_t e1 = EMC_LD_ACQUIRE(h->ix.epoch);
     int64_t pos = emc__index_find(&h->ix, key);
-    uint64_t lm1, lm2, owner = id;
+    uint64_t lm1, owner = id;
     uint32_t loc;
-    unsigned char *pg, *src;
+    unsigned char *pg, *src = NULL;
+    int uni_mine = 0;
     EMC__TP(EMC__TP_READ, "read: probed");
     if (pos < 0) {
       /* absent, unless a re-pack step raced the probe (the epoch says); the fence also makes
@@ -156,27 +157,28 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
     }
     loc = emc__lm_loc(lm1);
     EMC_FENCE_ACQUIRE();
-    if (loc & EMC__LOC_HOST) { /* unified-index entry: the store row, if it is this id's */
+    if (loc & EMC__LOC_HOST) {
+      /* a unified-index entry: the store row, if it is this id's (a hashed row's index and id
+       * never change once published) */
       uint64_t row = loc & EMC__LOC_MAX;
-      if (row < EMC_LD_ACQUIRE(&tb->count) && EMC_LD_RELAXED(&tb->row_ids[row]) == id) {
-        emc__store_row_read(c->store, t, row, dst);
-        return R_STORE | R_ADMIT | R_UNIFIED;
-      }
-      return read_store(c, t, id, dst, 0); /* another id under this key: never admitted */
-    }
-    src = emc__slot_addr(h, t, loc, &pg);
-    if (src) {
+      uni_mine = tb->kind == EMC_TABLE_HASHED && row < EMC_LD_ACQUIRE(&tb->count) &&
+                 EMC_LD_RELAXED(&tb->row_ids[row]) == id;
+      if (uni_mine) emc__store_row_read(c->store, t, row, dst);
+    } else if ((src = emc__slot_addr(h, t, loc, &pg)) != NULL) {
       if (L->off_owner) owner = EMC_LD_RELAXED(emc__slot_owner(pg, L, loc % h->max_slots));
       emc__row_load(dst, src, tb->row_bytes);
     }
     EMC__TP(EMC__TP_READ, "read: row copied");
-    EMC_FENCE_ACQUIRE();
-    lm2 = emc__ix_lm(&h->ix, (uint64_t)pos);
-    if (!src || emc__ix_key(&h->ix, (uint64_t)pos) != key || !emc__lm_same(lm1, lm2)) {
+    /* Every path decides only once (key, lm1) is known to have held pos throughout: the
+     * entry word read at pos may belong to another key by now (issue 16: a re-pack moved a
+     * unified entry of another id into pos after the probe found key there). */
+    if (!emc__entry_recheck(&h->ix, (uint64_t)pos, key, lm1) || (!src && !(loc & EMC__LOC_HOST))) {
       EMC__TP(EMC__TP_RETRY, "read: entry changed");
       EMC__CNT_ADD(h->n_retries, 1);
       continue;
     }
+    if (loc & EMC__LOC_HOST) /* the row, or: another id holds this key, so id is not cached */
+      return uni_mine ? R_STORE | R_ADMIT | R_UNIFIED : read_store(c, t, id, dst, 0);
     if (owner != id) return read_store(c, t, id, dst, 0); /* hashed key collision */
     if (EMC_LD_RELAXED(&h->ix.stamps[pos]) != emc__stamp_of(now))
       EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));

@@ -263,38 +263,65 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
  * order and stops at the first bucket holding an EMPTY slot (insertions take the first EMPTY
  * or TOMB slot of the path, so no key lies beyond such a bucket).
  *
+ * Each position's lm is the sequence word of what the position holds: writers change a
+ * position's key only while its lm is BUSY (every free position's lm is EMC__LM_FREE, which
+ * is BUSY), and every new entry word carries a fresh meta.
+ *
  * Reader protocol (optimistic, lock-free; host and device run the same steps):
- *   1. probe: keys loaded relaxed; pos = the slot holding key
- *   2. lm1 = lm[pos] (relaxed)
+ *   1. probe: keys loaded relaxed; pos = the slot holding key (or a miss: see below)
+ *   2. lm1 = lm[pos] (relaxed); BUSY: go round again
  *   3. acquire fence
- *   4. read the row at loc(lm1) (relaxed loads), and for hashed tables its owner id
- *   5. acquire fence
- *   6. lm2 = lm[pos], key2 = keys[pos] (relaxed)
- *   valid iff key2 == key, lm1 is not BUSY and lm1, lm2 agree but for DIRTY and PINS.
+ *   4. read what lm1 names (relaxed loads): a slot's row and, hashed tables, its owner id; or,
+ *      for a unified-index entry, the id of the store row it names (row_ids) and, if that is
+ *      this id, the store row (by its own stripe version)
+ *   5. key2 = keys[pos] (relaxed)              -- before the fence, with the row: it is data
+ *   6. acquire fence
+ *   7. lm2 = lm[pos] (relaxed)
+ *   valid iff key2 == key and lm1, lm2 agree but for DIRTY and PINS (emc__entry_recheck).
+ * Only a valid read decides anything: a hit (owner == id), a store row through a unified entry
+ * (row id == id), and "another id holds this key, so id is not cached" (a hashed collision in
+ * a slot or in a unified entry) all rest on (key, lm1) having held pos throughout. Issue 16
+ * was a reader that took the unified branch on lm1 alone: the probe found key K at pos, a
+ * re-pack moved K towards its home and another id's unified entry into pos, and the reader,
+ * seeing a unified entry of another id, served K's store row while K's newer row was dirty in
+ * the cache (tests/test_protocol.c forces that interleaving).
  * Writer protocol (all writers of a cache are serialized; release fences order the steps):
  *   admit    write the row (and owner) into a free slot; fence; lm = (slot, fresh meta);
  *            fence; key = K.  (The device claims a free position by CAS on the key first,
  *            then writes lm: free positions always hold a BUSY lm, so a reader that sees K
  *            with the old lm rejects it.)
  *   update   lm = BUSY; fence; write the row; fence; lm = (slot, fresh meta | DIRTY)
- *   evict    (dirty: write the row back to the store first); lm |= BUSY; fence; key = TOMB;
- *            fence; only then may the slot be reused
- * Why a validated read is the row of key at one instant: a write that reuses the slot follows
- * the eviction's TOMB and fences; if any row load observed it, the fence in step 5 makes step
- * 6 observe the TOMB (or a later key/lm: any entry of key created afterwards carries a fresh
- * meta). An update's row stores lie between a BUSY lm and a fresh meta: a load that observed
- * one makes lm2 differ. A reader that saw K but an lm older than K's publication sees lm2
- * differ (the admission's fence orders lm before the key). Meta counters repeat only after
- * 2^26 writes, which no reader outlives. DIRTY and PINS change without a new counter (flush,
- * pins): the row is the same, readers need not retry.
+ *   evict    dirty: write the row back to the store first; fence; then either
+ *            lm = FREE; fence; key = TOMB (or EMPTY); fence; only then may the slot be reused,
+ *            or (hashed rows, while the unified budget lasts) lm = (host row, fresh meta)
+ *   re-pack  a position that gets another entry: lm = FREE; fence; key; fence; lm (the
+ *            entry's own, unchanged); a position that empties: key = EMPTY; fence; lm = FREE
+ * Why a validated read is the value of key at one instant: a write that changes what lm1
+ * names (an update's row stores, a slot reused after an eviction, another key moved into pos)
+ * is preceded by a BUSY or free lm at pos and followed by a fresh lm, with release fences
+ * between; if any load of steps 4-5 observed such a write, the fence of step 6 makes step 7
+ * observe the BUSY word or a later one, and lm2 differs. If step 2 observed a word written
+ * after such a change, the fence of step 3 makes steps 4-5 observe the change too, so they
+ * read what that word names. An entry written with a fresh meta never repeats an older one:
+ * meta counters repeat only after 2^26 writes, which no reader outlives. DIRTY and PINS
+ * change without a new counter (flush, pins): the row is the same, readers need not retry.
  *
+ * Store rows and misses. A row's store copy is older than the cache's only while the row is
+ * cached dirty, and an entry leaves the index (or points at the store) only after its dirty
+ * row was written back, with a release fence between the two. So a reader that finds no entry
+ * for key, or a validated unified entry of its id, and then (acquire fence) reads the store
+ * row, reads a value the key held at the instant it observed the index, or a later one.
  * A miss is trusted only when the index's re-pack epoch (*epoch) was even and unchanged
  * around the probe: e1 = epoch (acquire) before the probe; after it, an acquire fence and
  * e2 = epoch. Tombstones are cleared in place (no second copy): emc__index_repack re-packs
  * one cluster (a run of buckets without an EMPTY slot, plus the bucket ending it) inside a
  * step that makes the epoch odd first and even again after it, with release fences. A reader
  * racing a re-pack can only miss a key it should have found (never read a wrong row: hits are
- * validated as above), and a probe that observed any write of a step sees the epoch change. */
+ * validated as above), and a probe that observed any write of a step sees the epoch change,
+ * so no dirty row needs writing back before a re-pack.
+ * Readers wait (retry) only on a BUSY entry word or a store row's odd version, which a
+ * writer thread that is running sets and clears without waiting for anything itself, and on
+ * a changed entry or epoch, which costs one more probe. */
 #define EMC__BUCKET 8u
 
 #define EMC__LOC_HOST 0x80000000u     /* loc of a unified-index entry: host row below */
@@ -378,6 +405,18 @@ EMC_HD void emc__bucket_masks(const emc__index_view *ix, uint64_t b, uint64_t ke
   }
   *match = m;
   *emp = e;
+}
+
+/* Steps 5-7 of the reader protocol (see "index"): key2 is loaded before the acquire fence and
+ * lm2 after it. 1 when (key, lm1) held position pos from the load of lm1 to the load of lm2,
+ * so what the reader read in between (step 4) is what lm1 named. The device runs the same
+ * steps with its fences shared by a tile of rows (cuda/lookup.cu). */
+EMC_HD int emc__entry_recheck(const emc__index_view *ix, uint64_t pos, uint64_t key, uint64_t lm1) {
+  uint64_t key2 = emc__ix_key(ix, pos), lm2;
+  EMC__TP(EMC__TP_READ, "read: key re-read");
+  EMC_FENCE_ACQUIRE();
+  lm2 = emc__ix_lm(ix, pos);
+  return key2 == key && emc__lm_same(lm1, lm2);
 }
 
 /* Probe for key (the reference probe, slot by slot with an early exit; the host's path).

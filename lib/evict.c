@@ -93,6 +93,9 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
     row = emc__store_find(tb, EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], loc % h->max_slots)));
   }
   if (row >= 0 && (uint64_t)row <= EMC__LOC_MAX) {
+    /* the write-back before the entry word that sends readers to the store row: a reader
+     * that loads this word and then an acquire fence sees the written-back row */
+    EMC_FENCE_RELEASE();
     EMC_ST_RELAXED(&h->ix.lm[pos], emc__lm_make(EMC__LOC_HOST | (uint32_t)row, emc__next_meta(h, 0)));
     EMC__TP(EMC__TP_WRITE, "evict: unified entry");
     EMC_FENCE_RELEASE(); /* before the slot can be reused */

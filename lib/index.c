@@ -10,10 +10,12 @@
  * full buckets. They are cleared in place by a re-pack sweep that runs in bounded steps
  * (Redis's incremental rehash is the model): once tombstones pass 1/32 of the slots, every
  * writer call also re-packs EMC__REPACK_STEP buckets plus 4 per entry it inserted, cluster by
- * cluster, until the sweep has gone once round the index. A cluster's dirty rows are written
- * back first, so that a reader that misses a key while its entry moves reads a store row equal
- * to the cached one. When fewer than 1/64 of the slots are EMPTY the sweep is finished at
- * once (an unbounded step; readers still never wait).
+ * cluster, until the sweep has gone once round the index. Each step makes the index's epoch
+ * odd, then even (lib/emc_item.h, "index"): a reader that misses a key while its entry moves
+ * sees the epoch change and probes again, so dirty rows need no write-back before a re-pack,
+ * and a reader that found a key before it moved validates the entry word it loads against the
+ * key (issue 16). When fewer than 1/64 of the slots are EMPTY the sweep is finished at once
+ * (an unbounded step; readers never wait for it).
  */
 #include <stdlib.h>
 #include <string.h>
