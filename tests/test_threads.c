@@ -29,6 +29,14 @@
  * constant eviction; the rows are checked as above, the device structures by emc__cuda_check.
  * It exits 77 where no device answers, and runs without fork (CUDA does not survive fork).
  *
+ * Seeds and time: each case runs under EMCT_SEEDS seeds (default 4; 2 under sanitizers), the
+ * iterations shared between them, and prints the rows it looked up and checked; EMCT_THREADS_SECONDS=S turns the suite into a hunt
+ * of S seconds (new seeds until each case's share has passed). History: with the compact
+ * index this suite failed about one run in ten ("stale row: older than a committed insert",
+ * issue 16: a reader decided on an entry word without re-checking the key it belonged to);
+ * tests/test_protocol.c now forces that interleaving, and every other of one reader step
+ * against one writer step.
+ *
  * Keys are split between writers (rank % n_writers), so the generations of one key are
  * inserted in order by one thread. Worker threads never call ck_assert (Check's failure path
  * is not thread-safe): they record the first failure and stop; the main thread asserts.
@@ -593,6 +601,7 @@ typedef struct run_config {
 
 typedef struct run_totals {
   uint64_t positions, nowhere, cache, store, absent, inserted, range_errors;
+  uint64_t retries, evictions, writebacks, unified; /* the cache's counters */
 } run_totals;
 
 static void start_all(worker *wk, uint32_t n, shared *sh, uint64_t seed, void *(*fn)(void *)) {
@@ -702,7 +711,9 @@ static void check_lookup_final(const shared *sh, const char *what) {
   free(ids); free(ranks); free(where); free(out); free(scratch);
 }
 
-static void run_traffic(const run_config *rc, uint64_t seed) {
+/* One run of rc's configuration under `seed`, its readers and writers doing `iter_pct` % of
+ * rc's iterations; adds what it did to *sum. */
+static void run_traffic(const run_config *rc, uint64_t seed, uint32_t iter_pct, run_totals *sum) {
   emct_world w;
   shared sh;
   emc_cache_config cfg;
@@ -722,12 +733,12 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
   sh.n = rc->n;
   sh.static_mode = static_mode;
   sh.n_writers = rc->writers ? rc->writers : 1;
-  sh.reader_iters = emct_scale(rc->reader_iters, 3);
-  sh.writer_iters = emct_scale(rc->writer_iters, 3);
+  sh.reader_iters = emct_scale(rc->reader_iters * iter_pct / 100 + 1, 3);
+  sh.writer_iters = emct_scale(rc->writer_iters * iter_pct / 100 + 1, 3);
   sh.reader_ids = rc->reader_ids;
   sh.writer_ids = rc->writer_ids;
   sh.big_ids = rc->big_ids;
-  sh.big_iters = emct_scale(rc->big_iters, 3);
+  sh.big_iters = emct_scale(rc->big_iters * iter_pct / 100 + 1, 3);
   ck_assert(rc->n <= MAX_TABLES);
   for (t = 0; t < rc->n; t++) {
     tinfo *ti = &sh.tb[t];
@@ -857,6 +868,17 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
                 what, (unsigned long long)s.evictions, (unsigned long long)s.evict_passes);
   ck_assert_msg(s.admissions > 0, "%s: no admissions", what);
   if (!static_mode) ck_assert_msg(s.writebacks > 0, "%s: no write-backs", what);
+  sum->positions += tot.positions;
+  sum->cache += tot.cache;
+  sum->store += tot.store;
+  sum->absent += tot.absent;
+  sum->nowhere += tot.nowhere;
+  sum->inserted += tot.inserted;
+  sum->range_errors += tot.range_errors;
+  sum->retries += s.retries;
+  sum->evictions += s.evictions;
+  sum->writebacks += s.writebacks;
+  sum->unified += s.unified_hits;
   check_cache(sh.c, &w, static_mode, what);
 
   if (static_mode) {
@@ -895,6 +917,54 @@ static void run_traffic(const run_config *rc, uint64_t seed) {
   emct_world_free(&w);
 }
 
+/* ------------------------------------------------------------------ seeds and time
+ * Each test case runs its configuration under several seeds (each seed gives other hashed
+ * ids, another key codec seed, other thread schedules): EMCT_SEEDS of them (default 4, 2 under
+ * sanitizers), each doing 100 / seeds % of the case's iterations (at least a quarter). With
+ * EMCT_THREADS_SECONDS=S the suite hunts for S seconds instead: each case draws new seeds at
+ * full iterations until its share of S has passed. Every case prints what it checked. */
+static uint32_t n_cases = 1; /* test cases of the suite, set by main (shares of the time) */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+  const char *v = getenv(name);
+  char *end;
+  unsigned long long x;
+  if (!v || !*v) return dflt;
+  x = strtoull(v, &end, 10);
+  ck_assert_msg(*end == '\0', "%s=%s is not a number", name, v);
+  return x;
+}
+
+static void run_seeds(const run_config *rc, uint64_t base) {
+  uint64_t hunt_s = env_u64("EMCT_THREADS_SECONDS", 0);
+  uint64_t seeds = env_u64("EMCT_SEEDS", EMCT_SANITIZED ? 2 : 4), k;
+  uint32_t pct = seeds >= 4 ? 25u : (uint32_t)(100 / (seeds ? seeds : 1));
+  double t0 = now_s(), share = hunt_s ? (double)hunt_s / n_cases : 0.0;
+  run_totals sum;
+  memset(&sum, 0, sizeof sum);
+  if (pct > 100) pct = 100;
+  if (hunt_s) pct = 100;
+  for (k = 0; hunt_s ? (k == 0 || now_s() - t0 < share) : k < seeds; k++)
+    run_traffic(rc, base + 1000u * k, pct, &sum);
+  fprintf(stderr,
+          "test_threads: %s: %llu seeds (%llu, %llu, ...) in %.1f s: %llu rows looked up and "
+          "checked (cache %llu, store %llu, absent %llu, %llu without where), %llu inserted; "
+          "%llu retries, %llu evictions, %llu write-backs, %llu unified-entry reads\n",
+          rc->name, (unsigned long long)k, (unsigned long long)base,
+          (unsigned long long)(base + 1000u), now_s() - t0, (unsigned long long)sum.positions,
+          (unsigned long long)sum.cache, (unsigned long long)sum.store,
+          (unsigned long long)sum.absent, (unsigned long long)sum.nowhere,
+          (unsigned long long)sum.inserted, (unsigned long long)sum.retries,
+          (unsigned long long)sum.evictions, (unsigned long long)sum.writebacks,
+          (unsigned long long)sum.unified);
+}
+
 #ifdef EMCT_GPU
 /* Four reader streams (device buffers) and writer threads inserting generation-encoded rows,
  * the cache evicting all along: every row a value its key legitimately held. */
@@ -911,7 +981,7 @@ START_TEST(gpu_four_streams_one_writer) {
       .readers = 4, .writers = 1, .flushers = 1, .statters = 1,
       .reader_iters = 4000, .writer_iters = 2000,
       .reader_ids = 48, .writer_ids = 16};
-  run_traffic(&rc, 133);
+  run_seeds(&rc, 133);
 }
 END_TEST
 
@@ -926,7 +996,7 @@ START_TEST(gpu_four_streams_two_writers_hashed) {
       .readers = 4, .writers = 2, .flushers = 0, .statters = 1,
       .reader_iters = 4000, .writer_iters = 2000,
       .reader_ids = 48, .writer_ids = 12};
-  run_traffic(&rc, 122);
+  run_seeds(&rc, 122);
 }
 END_TEST
 
@@ -942,7 +1012,7 @@ START_TEST(gpu_four_streams_lookups_only) {
       .readers = 4, .writers = 0, .flushers = 0, .statters = 1,
       .reader_iters = 4000,
       .reader_ids = 32};
-  run_traffic(&rc, 144);
+  run_seeds(&rc, 144);
 }
 END_TEST
 
@@ -957,7 +1027,8 @@ int main(void) {
   tcase_add_test(tc, gpu_four_streams_one_writer);
   tcase_add_test(tc, gpu_four_streams_two_writers_hashed);
   tcase_add_test(tc, gpu_four_streams_lookups_only);
-  tcase_set_timeout(tc, 600);
+  n_cases = 3;
+  tcase_set_timeout(tc, 600.0 + 2.0 * (double)env_u64("EMCT_THREADS_SECONDS", 0) / n_cases);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
@@ -979,7 +1050,7 @@ START_TEST(readers_writer_dense_f32) {
       .readers = 3, .writers = 1, .flushers = 1, .statters = 1,
       .reader_iters = 30000, .writer_iters = 30000,
       .reader_ids = 48, .writer_ids = 16};
-  run_traffic(&rc, 11);
+  run_seeds(&rc, 11);
 }
 END_TEST
 
@@ -996,7 +1067,7 @@ START_TEST(readers_writers_hashed_f32) {
       .readers = 3, .writers = 2, .flushers = 1, .statters = 1,
       .reader_iters = 30000, .writer_iters = 20000,
       .reader_ids = 48, .writer_ids = 12};
-  run_traffic(&rc, 22);
+  run_seeds(&rc, 22);
 }
 END_TEST
 
@@ -1015,7 +1086,7 @@ START_TEST(readers_writers_mixed_f16) {
       .readers = 3, .writers = 2, .flushers = 1, .statters = 2,
       .reader_iters = 20000, .writer_iters = 10000,
       .reader_ids = 24, .writer_ids = 8};
-  run_traffic(&rc, 33);
+  run_seeds(&rc, 33);
 }
 END_TEST
 
@@ -1033,7 +1104,7 @@ START_TEST(concurrent_lookups_only) {
       .readers = 4, .writers = 0, .flushers = 0, .statters = 2,
       .reader_iters = 30000,
       .reader_ids = 32};
-  run_traffic(&rc, 44);
+  run_seeds(&rc, 44);
 }
 END_TEST
 
@@ -1051,7 +1122,7 @@ START_TEST(slow_reader_old_stamps) {
       .readers = 4, .writers = 0, .flushers = 0, .statters = 1,
       .reader_iters = 40000, .big_iters = 300,
       .reader_ids = 8, .big_ids = 4096};
-  run_traffic(&rc, 66);
+  run_seeds(&rc, 66);
 }
 END_TEST
 
@@ -1069,7 +1140,7 @@ START_TEST(many_readers_long_passes) {
       .readers = 6, .writers = 0, .flushers = 0, .statters = 1,
       .reader_iters = 10000,
       .reader_ids = 64};
-  run_traffic(&rc, 77);
+  run_seeds(&rc, 77);
 }
 END_TEST
 
@@ -1085,7 +1156,7 @@ START_TEST(concurrent_stats) {
       .readers = 2, .writers = 1, .flushers = 1, .statters = 4,
       .reader_iters = 10000, .writer_iters = 10000,
       .reader_ids = 16, .writer_ids = 8};
-  run_traffic(&rc, 55);
+  run_seeds(&rc, 55);
 }
 END_TEST
 
@@ -1101,7 +1172,9 @@ int main(void) {
   tcase_add_test(tc, concurrent_stats);
   tcase_add_test(tc, slow_reader_old_stamps);
   tcase_add_test(tc, many_readers_long_passes);
-  tcase_set_timeout(tc, emct_timeout(60));
+  n_cases = 7;
+  /* a hunt's case runs its share of the time, then finishes the seed under way */
+  tcase_set_timeout(tc, emct_timeout(60) + 2.0 * (double)env_u64("EMCT_THREADS_SECONDS", 0) / n_cases);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
