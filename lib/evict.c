@@ -7,12 +7,18 @@
  *   scan 1  a histogram of ages (now - stamp, 16-bit, clamped to EMC__AGE_CLAMP), weighted by
  *           the row's stride, EMC__HIST_BUCKETS buckets of 8 calls each (rows pinned by
  *           emc_prefetch are never evicted and not counted);
- *   cut     from the oldest bucket down, the bucket where the bytes reach the need
- *           (bytes in use - t2 * capacity);
+ *   need    what the admission in hand needs: use down to t2, and at least room for its row
+ *           under t1: max(in_use - t2 * capacity, in_use + stride - t1 * capacity). The second
+ *           term is larger only for a row wider than (t1 - t2) * capacity arriving while use
+ *           already lies between t1 * capacity - stride and t2 * capacity; without it the
+ *           pass would stop at t2, evict nothing, and the row would bypass the cache (or a
+ *           prefetch fail to pin it) with evictable rows at hand;
+ *   cut     from the oldest bucket down, the bucket where the bytes reach the need;
  *   scan 2  evict every entry older than the cut bucket, then entries of the cut bucket until
  *           the need is met, then, if readers restamped rows since scan 1, any entry but those
  *           touched by this call, and as a last resort any unpinned entry: every pass ends at
- *           or below t2 (pinned rows take at most t2 * capacity, train_host.c).
+ *           or below t2 (pinned rows take at most t2 * capacity, train_host.c), and with room
+ *           for the row under t1 unless pinned rows leave less (pinned + stride > t1).
  * Evicting writes a dirty row back to the store first, then removes the entry (or turns a
  * hashed row's entry into a unified-index entry pointing at its store row, while the unified
  * budget lasts), then frees the slot. Unified entries of earlier passes are dropped, all at
@@ -135,10 +141,13 @@ static uint64_t evict_from(emc_cache *c, uint64_t now, uint32_t min_bucket, int 
   return freed;
 }
 
-static void evict_pass(emc_cache *c, uint64_t now) {
+/* One pass for an admission of `stride` bytes (see the file comment for the need). */
+static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
-  uint64_t need = in_use > h->low_bytes ? in_use - h->low_bytes : 0, acc = 0, freed = 0, i;
+  uint64_t to_low = in_use > h->low_bytes ? in_use - h->low_bytes : 0;
+  uint64_t to_fit = in_use + stride > h->high_bytes ? in_use + stride - h->high_bytes : 0;
+  uint64_t need = to_low > to_fit ? to_low : to_fit, acc = 0, freed = 0, i;
   uint32_t cut, top = 0; /* buckets [top, EMC__HIST_BUCKETS) are empty */
   if (need == 0) return;
   EMC__CNT_ADD(h->n_passes, 1);
@@ -179,6 +188,6 @@ static void evict_pass(emc_cache *c, uint64_t now) {
 int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now) {
   emc__host_cache *h = c->host;
   if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride > h->high_bytes)
-    evict_pass(c, now);
+    evict_pass(c, stride, now);
   return __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride <= h->high_bytes;
 }
