@@ -415,7 +415,8 @@ typedef struct emc_stats {
   uint64_t prefetched;     /* distinct rows emc_prefetch pinned (admitted first when missing) */
   uint64_t pinned_rows;    /* rows pinned now by the live prefetch window */
   uint64_t pinned_bytes;   /* their slot bytes (<= t2 * capacity_bytes) */
-  uint64_t pin_shortfall;  /* distinct rows emc_prefetch could not pin (the pin budget) */
+  uint64_t pin_shortfall;  /* distinct rows emc_prefetch could not pin (the pin budget; host
+                              backend: also a key held by another, pinned id) */
   uint64_t gradient_rows;  /* distinct rows emc_apply_gradients updated */
 } emc_stats;
 
@@ -476,6 +477,14 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * not fit, the call pins what fits, leaves the rest unpinned (a later lookup reads them from
  * the store: still correct) and returns EMC_ECAPACITY, the detail naming how many rows and
  * bytes did not fit. Hashed ids absent from the store are skipped (they read as zero rows).
+ * Key collisions (hashed tables; likely with key_bits 32): the index keeps one entry per
+ * global key, so of two ids of a table sharing a key only one can be cached. Host backend:
+ * a prefetched id whose key another id holds unpinned takes the key (the holder is evicted,
+ * its row written back first when dirty); when the holder is pinned (by this call, e.g. both
+ * ids in one batch, or a live earlier prefetch) the id is not cached, counts in
+ * stats.pin_shortfall, and the call returns EMC_ECAPACITY. So an EMC_OK prefetch made every
+ * row with a store row resident and pinned. (CUDA backend: such an id is still skipped,
+ * neither pinned nor counted.)
  *   ids, offsets: a batch as for emc_lookup (see "Batches"), the same memory spaces.
  * Host backend: stream NULL (ignored); blocking. CUDA backend: with device ids asynchronous
  * on stream; a lookup of the batch on any stream after the prefetch has completed is all hits
@@ -485,7 +494,8 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * be captured into a graph, and graphs captured from the cache fix the largest batch.
  * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32), EMC_ERANGE (a
  * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
- * then changes nothing), EMC_ECAPACITY (above; the fitting rows are pinned), EMC_ENOMEM,
+ * then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
+ * id; the other rows are pinned), EMC_ENOMEM,
  * EMC_EDEVMEM, EMC_ECUDA. Nothing changes on the other errors. */
 EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 void *stream);

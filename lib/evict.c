@@ -21,7 +21,8 @@
  *           for the row under t1 unless pinned rows leave less (pinned + stride > t1).
  * Evicting writes a dirty row back to the store first, then removes the entry (or turns a
  * hashed row's entry into a unified-index entry pointing at its store row, while the unified
- * budget lasts), then frees the slot. Unified entries of earlier passes are dropped, all at
+ * budget lasts), then frees the slot. emc__evict_holder evicts one given entry the same way
+ * but leaves no unified-index entry (its key is wanted by another id: emc_prefetch). Unified entries of earlier passes are dropped, all at
  * once, when the unified index is three-quarters full.
  */
 #include <string.h>
@@ -81,8 +82,10 @@ static int pool_entry(const emc__host_cache *h, uint64_t pos, uint32_t *t, uint6
   return 1;
 }
 
-/* Evict the pool entry (pos, key, lm) of table t; returns the bytes freed. */
-static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key, uint64_t lm) {
+/* Evict the pool entry (pos, key, lm) of table t; returns the bytes freed. A hashed row's
+ * entry may stay as a unified-index entry (its store row) when `unified` allows. */
+static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key, uint64_t lm,
+                            int unified) {
   emc__host_cache *h = c->host;
   const emc__table *tb = &c->store->tables[t];
   uint32_t loc = emc__lm_loc(lm), stride = h->layout[t].stride;
@@ -93,7 +96,7 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
     __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
   }
   /* 2. the entry goes, or points at the hashed row's store row (a unified-index entry) */
-  if (tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows) {
+  if (unified && tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows) {
     unsigned char *pg = emc__page_at(h, loc / h->max_slots);
     row = emc__store_find(tb, EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], loc % h->max_slots)));
   }
@@ -110,6 +113,20 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
   __atomic_fetch_sub(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
   EMC__CNT_ADD(h->n_evictions, 1);
   return stride;
+}
+
+int emc__evict_holder(emc_cache *c, int64_t pos) {
+  emc__host_cache *h = c->host;
+  uint64_t lm = emc__ix_lm(&h->ix, (uint64_t)pos), key = emc__ix_key(&h->ix, (uint64_t)pos);
+  uint32_t t;
+  if (emc__lm_loc(lm) & EMC__LOC_HOST) { /* a unified-index entry: only a pointer */
+    emc__hix_remove(c, pos);
+    h->host_entries--;
+    return 1;
+  }
+  if (!pool_entry(h, (uint64_t)pos, &t, &lm, &key)) return 0; /* pinned */
+  (void)evict_entry(c, (uint64_t)pos, t, key, lm, 0);
+  return 1;
 }
 
 /* Drop every unified-index entry (they are all older than the entries a pass keeps). */
@@ -136,7 +153,7 @@ static uint64_t evict_from(emc_cache *c, uint64_t now, uint32_t min_bucket, int 
     if (!pool_entry(h, i, &t, &lm, &key)) continue;
     age = entry_age(h, i, now);
     if (age / AGE_WIDTH < min_bucket || (age == 0 && !any)) continue;
-    freed += evict_entry(c, i, t, key, lm);
+    freed += evict_entry(c, i, t, key, lm, 1);
   }
   return freed;
 }

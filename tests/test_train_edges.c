@@ -7,6 +7,12 @@
  *               what the admission needs (use + stride <= t1 * capacity), not only down to
  *               t2. emc_prefetch pins the row (EMC_OK), and emc_lookup, emc_apply_gradients
  *               and emc_insert cache it instead of bypassing the cache.
+ *   collisions  32-bit keys: two hashed ids a, b of one table whose global keys are equal
+ *               (found by brute force with emc_cache_global_key). emc_prefetch(b) while a
+ *               holds the key unpinned (clean, dirty, or as a unified-index entry) evicts a
+ *               and pins b (EMC_OK, a's value kept); while a is pinned, b is reported
+ *               (EMC_ECAPACITY, counted in pin_shortfall); a batch holding both pins the first
+ *               and reports the second. Every row reads right throughout.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -16,6 +22,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "host_cache.h"
 
 static emc_stats stats_of(const emc_cache *c) {
   emc_stats s;
@@ -140,15 +147,249 @@ START_TEST(wide_row_is_admitted) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ collisions */
+#define COL_DIM 4u
+#define COL_FILL 2000u                 /* filler ids that push a out of a small cache */
+#define COL_FILL_BASE 0x100000000ull   /* above every id the search tries */
+#define COL_SEARCH (1u << 19)          /* ids tried: ~20 colliding pairs expected at 31 bits */
+static const emc_table_desc COL_TABLES[2] = {
+    {"dense", EMC_TABLE_DENSE, 1000, COL_DIM, EMC_DTYPE_F32, EMC_STATE_NONE},
+    {"hashed", EMC_TABLE_HASHED, 4096, COL_DIM, EMC_DTYPE_F32, EMC_STATE_NONE}};
+
+typedef struct keyed {
+  uint64_t key, id;
+} keyed;
+
+static int keyed_cmp(const void *x, const void *y) {
+  const keyed *a = x, *b = y;
+  if (a->key != b->key) return a->key < b->key ? -1 : 1;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static emc_cache *col_cache(emc_store *s, size_t capacity) {
+  emc_cache_config cfg;
+  emc_cache *c = NULL;
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_HOST;
+  cfg.key_bits = 32;
+  cfg.capacity_bytes = capacity;
+  cfg.prefetch_depth = 1;
+  EMCT_OK(emc_cache_create(s, &cfg, &c));
+  return c;
+}
+
+/* Two ids of table 1 whose 32-bit global keys collide under the codec COL_TABLES give. */
+static void find_collision(uint64_t *a, uint64_t *b) {
+  emc_store *s;
+  emc_cache *c;
+  keyed *k = malloc(COL_SEARCH * sizeof *k);
+  uint64_t i;
+  ck_assert(k);
+  EMCT_OK(emc_store_create(COL_TABLES, 2, &s));
+  c = col_cache(s, 1u << 20);
+  for (i = 0; i < COL_SEARCH; i++) {
+    k[i].id = i * 0x9E3779B97F4A7C15ull >> 20; /* scattered ids below 2^44 */
+    EMCT_OK(emc_cache_global_key(c, 1, k[i].id, &k[i].key, NULL, NULL));
+  }
+  qsort(k, COL_SEARCH, sizeof *k, keyed_cmp);
+  for (i = 1; i < COL_SEARCH && (k[i].key != k[i - 1].key || k[i].id == k[i - 1].id); i++) {}
+  ck_assert_msg(i < COL_SEARCH, "no 32-bit key collision among %u hashed ids", COL_SEARCH);
+  *a = k[i - 1].id;
+  *b = k[i].id;
+  free(k);
+  EMCT_OK(emc_cache_destroy(c));
+  emc_store_destroy(s);
+}
+
+typedef struct col_world {
+  emc_store *s;
+  emc_cache *c;
+  uint64_t a, b, key;
+  float row_a[COL_DIM], row_b[COL_DIM];
+} col_world;
+
+/* The store holds a, b and the fillers (pattern rows); a 32-bit-key cache of `capacity`. */
+static void col_setup(col_world *w, size_t capacity) {
+  uint64_t ka, kb, i;
+  float row[COL_DIM];
+  memset(w, 0, sizeof *w);
+  find_collision(&w->a, &w->b);
+  EMCT_OK(emc_store_create(COL_TABLES, 2, &w->s));
+  emct_pattern_row(1, w->a, 1, COL_DIM, EMC_DTYPE_F32, w->row_a);
+  emct_pattern_row(1, w->b, 1, COL_DIM, EMC_DTYPE_F32, w->row_b);
+  EMCT_OK(emc_store_write(w->s, 1, &w->a, 1, w->row_a));
+  EMCT_OK(emc_store_write(w->s, 1, &w->b, 1, w->row_b));
+  for (i = 0; i < COL_FILL; i++) {
+    uint64_t id = COL_FILL_BASE + i;
+    emct_pattern_row(1, id, 1, COL_DIM, EMC_DTYPE_F32, row);
+    EMCT_OK(emc_store_write(w->s, 1, &id, 1, row));
+  }
+  w->c = col_cache(w->s, capacity);
+  EMCT_OK(emc_cache_global_key(w->c, 1, w->a, &ka, NULL, NULL));
+  EMCT_OK(emc_cache_global_key(w->c, 1, w->b, &kb, NULL, NULL));
+  ck_assert_msg(ka == kb && w->a != w->b, "ids %llu and %llu: keys %llx, %llx",
+                (unsigned long long)w->a, (unsigned long long)w->b, (unsigned long long)ka,
+                (unsigned long long)kb);
+  w->key = ka;
+}
+
+static void col_free(col_world *w) {
+  EMCT_OK(emc__cache_check(w->c));
+  EMCT_OK(emc_cache_destroy(w->c));
+  emc_store_destroy(w->s);
+}
+
+/* A lookup of one hashed id: the row (checked against want) and where it came from. */
+static emc_where col_read(const col_world *w, uint64_t id, const float *want) {
+  uint64_t offs[3] = {0, 0, 1};
+  float got[COL_DIM];
+  uint8_t where = 0xee;
+  EMCT_OK(emc_lookup_ex(w->c, &id, offs, got, &where, NULL));
+  ck_assert_msg(memcmp(got, want, sizeof got) == 0, "id %llu reads a wrong row",
+                (unsigned long long)id);
+  return (emc_where)where;
+}
+
+static emc_status col_prefetch(const col_world *w, const uint64_t *ids, uint64_t n) {
+  uint64_t offs[3] = {0, 0, n};
+  return emc_prefetch(w->c, ids, offs, NULL);
+}
+
+/* The entry holding the shared key: a unified-index entry (1), a pool entry (0), none (-1). */
+static int col_entry_unified(const col_world *w) {
+  const emc__host_cache *h = w->c->host;
+  int64_t pos = emc__index_find(&h->ix, w->key);
+  if (pos < 0) return -1;
+  return (emc__lm_loc(emc__ix_lm(&h->ix, (uint64_t)pos)) & EMC__LOC_HOST) != 0;
+}
+
+typedef enum { HOLD_CLEAN, HOLD_DIRTY, HOLD_UNIFIED, HOLD_KINDS } holder_kind;
+static const char *const HOLDER_NAME[HOLD_KINDS] = {"clean", "dirty", "unified-index"};
+
+/* a holds the key unpinned: emc_prefetch(b) evicts it and pins b. */
+START_TEST(collision_unpinned_holder_gives_way) {
+  const holder_kind kind = (holder_kind)_i;
+  const char *name = HOLDER_NAME[kind];
+  col_world w;
+  emc_stats s0, s1;
+  emc_status st;
+  uint64_t offs[3] = {0, 0, 1};
+  col_setup(&w, 4u << 10); /* ~240 rows of 16 bytes */
+  if (kind == HOLD_DIRTY) { /* a new value for a, cached dirty: it must reach the store */
+    emct_pattern_row(1, w.a, 2, COL_DIM, EMC_DTYPE_F32, w.row_a);
+    EMCT_OK(emc_insert(w.c, &w.a, offs, w.row_a, NULL));
+  }
+  ck_assert_int_eq(col_read(&w, w.a, w.row_a), kind == HOLD_DIRTY ? EMC_WHERE_CACHE : EMC_WHERE_STORE);
+  ck_assert_int_eq(col_entry_unified(&w), 0); /* a is cached */
+  if (kind == HOLD_UNIFIED) { /* lookups of the fillers evict a into a unified-index entry */
+    uint64_t ids[100], i, k;
+    float out[100 * COL_DIM];
+    uint64_t o[3] = {0, 0, 100};
+    for (k = 0; k < COL_FILL; k += 100) {
+      for (i = 0; i < 100; i++) ids[i] = COL_FILL_BASE + k + i;
+      EMCT_OK(emc_lookup(w.c, ids, o, out, NULL));
+    }
+    ck_assert_int_eq(col_entry_unified(&w), 1);
+  }
+  s0 = stats_of(w.c);
+  st = col_prefetch(&w, &w.b, 1);
+  s1 = stats_of(w.c);
+  ck_assert_msg(st == EMC_OK, "%s holder: prefetch(b): %s (%s)", name, emc_status_name(st),
+                emc_last_error_detail());
+  ck_assert_msg(s1.prefetched == s0.prefetched + 1 && s1.pinned_rows == 1 &&
+                    s1.pin_shortfall == s0.pin_shortfall,
+                "%s holder: prefetch(b) returned EMC_OK but pinned %llu rows (pinned now %llu, "
+                "shortfall +%llu): b, whose key a holds, is neither pinned nor reported",
+                name, (unsigned long long)(s1.prefetched - s0.prefetched),
+                (unsigned long long)s1.pinned_rows,
+                (unsigned long long)(s1.pin_shortfall - s0.pin_shortfall));
+  ck_assert_int_eq(col_entry_unified(&w), 0);
+  ck_assert_int_eq(col_read(&w, w.b, w.row_b), EMC_WHERE_CACHE);
+  ck_assert_int_eq(col_read(&w, w.a, w.row_a), EMC_WHERE_STORE); /* its value kept */
+  EMCT_OK(emc__cache_check(w.c));
+  EMCT_OK(emc__pins_check(w.c));
+  EMCT_OK(emc_flush(w.c, NULL));
+  {
+    float got[COL_DIM];
+    EMCT_OK(emc_store_read(w.s, 1, &w.a, 1, got));
+    ck_assert_msg(memcmp(got, w.row_a, sizeof got) == 0, "%s holder: a's value was lost", name);
+  }
+  col_free(&w);
+}
+END_TEST
+
+/* a pinned by the live window: b cannot be admitted, and the prefetch says so. */
+START_TEST(collision_pinned_holder_is_shortfall) {
+  col_world w;
+  emc_stats s0, s1;
+  emc_status st;
+  col_setup(&w, 64u << 10);
+  EMCT_OK(col_prefetch(&w, &w.a, 1));
+  s0 = stats_of(w.c);
+  st = col_prefetch(&w, &w.b, 1); /* depth 1: a's pin lives through this call */
+  s1 = stats_of(w.c);
+  ck_assert_msg(st == EMC_ECAPACITY, "prefetch(b) while a holds its key pinned: %s, pinned "
+                "+%llu, shortfall +%llu (want EMC_ECAPACITY, shortfall +1)",
+                emc_status_name(st), (unsigned long long)(s1.prefetched - s0.prefetched),
+                (unsigned long long)(s1.pin_shortfall - s0.pin_shortfall));
+  ck_assert_msg(strstr(emc_last_error_detail(), "key") != NULL, "detail: %s",
+                emc_last_error_detail());
+  ck_assert_uint_eq(s1.pin_shortfall, s0.pin_shortfall + 1);
+  ck_assert_uint_eq(s1.prefetched, s0.prefetched);
+  ck_assert_uint_eq(s1.pinned_rows, 1);
+  ck_assert_int_eq(col_read(&w, w.a, w.row_a), EMC_WHERE_CACHE);
+  ck_assert_int_eq(col_read(&w, w.b, w.row_b), EMC_WHERE_STORE);
+  EMCT_OK(emc__pins_check(w.c));
+  col_free(&w);
+}
+END_TEST
+
+/* Both ids in one batch (either order, neither cached before): the first is pinned, the
+ * second reported. */
+START_TEST(collision_in_one_batch) {
+  col_world w;
+  emc_stats s0, s1;
+  emc_status st;
+  uint64_t ids[3];
+  const float *first, *second;
+  col_setup(&w, 64u << 10);
+  ids[0] = _i ? w.b : w.a;
+  ids[1] = _i ? w.a : w.b;
+  ids[2] = ids[0]; /* a duplicate changes nothing */
+  first = _i ? w.row_b : w.row_a;
+  second = _i ? w.row_a : w.row_b;
+  s0 = stats_of(w.c);
+  st = col_prefetch(&w, ids, 3);
+  s1 = stats_of(w.c);
+  ck_assert_msg(st == EMC_ECAPACITY, "prefetch of a batch holding two ids with one key: %s, "
+                "pinned +%llu, shortfall +%llu (want EMC_ECAPACITY, 1 pinned, shortfall +1)",
+                emc_status_name(st), (unsigned long long)(s1.prefetched - s0.prefetched),
+                (unsigned long long)(s1.pin_shortfall - s0.pin_shortfall));
+  ck_assert_uint_eq(s1.prefetched, s0.prefetched + 1);
+  ck_assert_uint_eq(s1.pin_shortfall, s0.pin_shortfall + 1);
+  ck_assert_uint_eq(s1.pinned_rows, 1);
+  ck_assert_int_eq(col_read(&w, ids[0], first), EMC_WHERE_CACHE);
+  ck_assert_int_eq(col_read(&w, ids[1], second), EMC_WHERE_STORE);
+  EMCT_OK(emc__pins_check(w.c));
+  col_free(&w);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ main */
 int main(void) {
   Suite *s = suite_create("train_edges");
   TCase *tw = tcase_create("wide");
   SRunner *sr;
   int failed;
+  TCase *tc = tcase_create("collisions");
   tcase_add_loop_test(tw, wide_row_is_admitted, 0, WIDE_CALLS);
+  tcase_add_loop_test(tc, collision_unpinned_holder_gives_way, 0, HOLD_KINDS);
+  tcase_add_test(tc, collision_pinned_holder_is_shortfall);
+  tcase_add_loop_test(tc, collision_in_one_batch, 0, 2);
   tcase_set_timeout(tw, emct_timeout(60));
+  tcase_set_timeout(tc, emct_timeout(60));
   suite_add_tcase(s, tw);
+  suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
