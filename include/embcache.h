@@ -510,7 +510,11 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  *   Row-wise Adagrad (EMC_STATE_ADAGRAD tables): s = initial_accumulator + stored sum;
  *        stored sum += mean_j(g_j * g_j) (summed in element order, divided by dim);
  *        w_j = w_j - (lr * g_j) / (sqrtf(s') + eps) with s' the new accumulator, each
- *        operation rounded in f32 (no fused multiply-add).
+ *        operation rounded in f32 (no fused multiply-add). Every table with ids in the batch
+ *        must keep the accumulator; tables without ids in it may lack it, so a model that
+ *        trains some tables with SGD and others with Adagrad calls once per optimizer, each
+ *        batch holding only its tables' ids (empty segments elsewhere). CUDA backend: refused
+ *        when any table of the store lacks it (offsets may be device memory).
  * Rows not in the cache are admitted from the store first (evicting unpinned rows as needed),
  * or updated in the store when the cache has no room left. Hashed ids absent from the store
  * get a store row (zero, then updated), as emc_insert does. Cached training is thus
@@ -522,8 +526,8 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  * changes nothing and the next emc_flush returns the error.
  * Errors: EMC_EINVAL (NULL cache / grads with ids / opt, bad offsets, opt->struct_size not
  * sizeof(emc_optimizer), an unknown kind or merge, lr, eps or initial_accumulator NaN or
- * infinite, eps or initial_accumulator negative, Adagrad on a table without
- * EMC_STATE_ADAGRAD, n >= 2^32), EMC_ERANGE (a dense id >= rows, a hashed table would
+ * infinite, eps or initial_accumulator negative, row-wise Adagrad with ids in a table without
+ * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32), EMC_ERANGE (a dense id >= rows, a hashed table would
  * exceed its capacity), EMC_ECAPACITY (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are
  * found before anything changes. */
 EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,

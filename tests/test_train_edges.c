@@ -13,6 +13,11 @@
  *               and pins b (EMC_OK, a's value kept); while a is pinned, b is reported
  *               (EMC_ECAPACITY, counted in pin_shortfall); a batch holding both pins the first
  *               and reports the second. Every row reads right throughout.
+ *   mixed       row-wise Adagrad on a store whose tables do not all keep Adagrad state: a
+ *               batch whose ids all lie in tables with state is applied (rows and
+ *               accumulators bitwise the reference arithmetic; the stateless table is not
+ *               touched), and a batch with ids in a table without state is refused with
+ *               EMC_EINVAL, changing nothing; SGD still trains every table.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -375,6 +380,115 @@ START_TEST(collision_in_one_batch) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ mixed optimizers */
+#define MIX_DIM 6u
+static const emc_table_desc MIX_TABLES[3] = {
+    {"adagrad_dense", EMC_TABLE_DENSE, 50, MIX_DIM, EMC_DTYPE_F32, EMC_STATE_ADAGRAD},
+    {"sgd_dense", EMC_TABLE_DENSE, 40, MIX_DIM, EMC_DTYPE_F32, EMC_STATE_NONE},
+    {"adagrad_hashed", EMC_TABLE_HASHED, 64, MIX_DIM, EMC_DTYPE_F32, EMC_STATE_ADAGRAD}};
+
+/* emc_item.h's row-wise Adagrad, written out: acc += mean(g^2); w -= lr * g / (sqrt(init +
+ * acc) + eps), every operation rounded in f32. */
+static void adagrad_ref(float *w, float *acc, const float *g, const emc_optimizer *o) {
+  float sum = 0.0f, den;
+  uint32_t j;
+  for (j = 0; j < MIX_DIM; j++) sum = sum + g[j] * g[j];
+  *acc = *acc + sum / (float)MIX_DIM;
+  den = sqrtf(o->initial_accumulator + *acc) + o->eps;
+  for (j = 0; j < MIX_DIM; j++) w[j] = w[j] - (o->lr * g[j]) / den;
+}
+
+START_TEST(adagrad_on_a_store_mixing_optimizers) {
+  emc_store *s;
+  emc_cache *c;
+  emc_cache_config cfg;
+  emc_optimizer ada, sgd;
+  /* a batch of tables 0 and 2 only (table 1's segment empty), duplicates included */
+  uint64_t ids[4] = {3, 7, 3, 0xabcdef12345ull}, offs[4] = {0, 3, 3, 4};
+  uint64_t ids1[1] = {5}, offs1[4] = {0, 0, 1, 1}, offs_all[4] = {0, 3, 4, 5}, ids_all[5];
+  float g[4 * MIX_DIM], w[2][MIX_DIM], acc[2] = {0, 0}, got[MIX_DIM], st, t1_before[MIX_DIM];
+  emc_stats s0, s1;
+  uint32_t j;
+  EMCT_OK(emc_store_create(MIX_TABLES, 3, &s));
+  EMCT_OK(emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 5));
+  EMCT_OK(emc_store_fill_uniform(s, 1, -1.0f, 1.0f, 6));
+  EMCT_OK(emc_store_read(s, 0, &ids[0], 1, w[0]));
+  EMCT_OK(emc_store_read(s, 0, &ids[1], 1, w[1]));
+  EMCT_OK(emc_store_read(s, 1, &ids1[0], 1, t1_before));
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_HOST;
+  cfg.capacity_bytes = 1u << 20;
+  EMCT_OK(emc_cache_create(s, &cfg, &c));
+  emc_optimizer_init(&ada);
+  ada.kind = EMC_OPT_ROWWISE_ADAGRAD;
+  ada.lr = 0.1f;
+  ada.eps = 1e-6f;
+  ada.initial_accumulator = 0.01f;
+  emc_optimizer_init(&sgd);
+  for (j = 0; j < 4 * MIX_DIM; j++) g[j] = (float)((int)(j * 7 % 17) - 8) / 8.0f;
+  /* tables with ids all keep state: applied */
+  s0 = stats_of(c);
+  {
+    emc_status r = emc_apply_gradients(c, ids, offs, g, &ada, NULL);
+    ck_assert_msg(r == EMC_OK, "row-wise Adagrad on a batch of tables with state only, in a "
+                  "store with a stateless table: %s (%s)", emc_status_name(r),
+                  emc_last_error_detail());
+  }
+  s1 = stats_of(c);
+  ck_assert_uint_eq(s1.gradient_rows, s0.gradient_rows + 3);
+  {
+    float gm[MIX_DIM];
+    for (j = 0; j < MIX_DIM; j++) gm[j] = g[j] + g[2 * MIX_DIM + j]; /* id 3 twice: summed */
+    adagrad_ref(w[0], &acc[0], gm, &ada);
+    adagrad_ref(w[1], &acc[1], g + MIX_DIM, &ada);
+  }
+  EMCT_OK(emc_flush(c, NULL));
+  EMCT_OK(emc_store_read(s, 0, &ids[0], 1, got));
+  ck_assert_msg(memcmp(got, w[0], sizeof got) == 0, "table 0 id 3: not the reference step");
+  EMCT_OK(emc_store_read_state(s, 0, &ids[0], 1, &st));
+  ck_assert(st == acc[0]);
+  EMCT_OK(emc_store_read(s, 0, &ids[1], 1, got));
+  ck_assert_msg(memcmp(got, w[1], sizeof got) == 0, "table 0 id 7: not the reference step");
+  EMCT_OK(emc_store_read_state(s, 0, &ids[1], 1, &st));
+  ck_assert(st == acc[1]);
+  { /* the new hashed row: zeros stepped once from accumulator 0 */
+    float wz[MIX_DIM] = {0}, az = 0.0f;
+    adagrad_ref(wz, &az, g + 3 * MIX_DIM, &ada);
+    EMCT_OK(emc_store_read(s, 2, &ids[3], 1, got));
+    ck_assert_msg(memcmp(got, wz, sizeof got) == 0, "table 2: not the reference step");
+    EMCT_OK(emc_store_read_state(s, 2, &ids[3], 1, &st));
+    ck_assert(st == az);
+  }
+  /* ids in the stateless table: refused, nothing changed */
+  s0 = stats_of(c);
+  EMCT_ST(emc_apply_gradients(c, ids1, offs1, g, &ada, NULL), EMC_EINVAL);
+  ck_assert_msg(strstr(emc_last_error_detail(), "sgd_dense") != NULL &&
+                    strstr(emc_last_error_detail(), "EMC_STATE_ADAGRAD") != NULL,
+                "detail: %s", emc_last_error_detail());
+  ids_all[0] = 3;
+  ids_all[1] = 7;
+  ids_all[2] = 3;
+  ids_all[3] = 5;
+  ids_all[4] = ids[3];
+  EMCT_ST(emc_apply_gradients(c, ids_all, offs_all, g, &ada, NULL), EMC_EINVAL);
+  s1 = stats_of(c);
+  ck_assert_uint_eq(s1.gradient_rows, s0.gradient_rows);
+  EMCT_OK(emc_flush(c, NULL));
+  EMCT_OK(emc_store_read(s, 0, &ids[0], 1, got));
+  ck_assert(memcmp(got, w[0], sizeof got) == 0);
+  EMCT_OK(emc_store_read(s, 1, &ids1[0], 1, got));
+  ck_assert(memcmp(got, t1_before, sizeof got) == 0);
+  /* SGD trains every table, the stateless one included */
+  EMCT_OK(emc_apply_gradients(c, ids_all, offs_all, g, &sgd, NULL));
+  EMCT_OK(emc_flush(c, NULL));
+  EMCT_OK(emc_store_read(s, 1, &ids1[0], 1, got));
+  for (j = 0; j < MIX_DIM; j++) ck_assert(got[j] == fmaf(-sgd.lr, g[3 * MIX_DIM + j], t1_before[j]));
+  EMCT_OK(emc__cache_check(c));
+  EMCT_OK(emc_cache_destroy(c));
+  emc_store_destroy(s);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ main */
 int main(void) {
   Suite *s = suite_create("train_edges");
@@ -386,10 +500,14 @@ int main(void) {
   tcase_add_loop_test(tc, collision_unpinned_holder_gives_way, 0, HOLD_KINDS);
   tcase_add_test(tc, collision_pinned_holder_is_shortfall);
   tcase_add_loop_test(tc, collision_in_one_batch, 0, 2);
+  TCase *tm = tcase_create("mixed");
+  tcase_add_test(tm, adagrad_on_a_store_mixing_optimizers);
   tcase_set_timeout(tw, emct_timeout(60));
+  tcase_set_timeout(tm, emct_timeout(60));
   tcase_set_timeout(tc, emct_timeout(60));
   suite_add_tcase(s, tw);
   suite_add_tcase(s, tc);
+  suite_add_tcase(s, tm);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
