@@ -107,8 +107,10 @@ EMC_API const char *emc_version_string(void);
  * package or pkg-config link it at start-up. A library loaded later with dlopen (Python's
  * ctypes) usually cannot load it (its initial-exec TLS needs room in the static TLS block
  * that only start-up provides) and uses "system": mmap with MADV_HUGEPAGE for blocks of
- * 1 MiB and more, posix_memalign below. Decided once per process, at the first allocation;
- * EMC_HOST_ALLOCATOR=system in the environment forces "system". Never NULL. */
+ * 1 MiB and more, posix_memalign below. Decided once per process, when the library is
+ * loaded (so that no API call loads a library: an allocation failing inside the dynamic
+ * loader can end the process); EMC_HOST_ALLOCATOR=system in the environment at that moment
+ * forces "system". Never NULL. */
 EMC_API const char *emc_host_allocator(void);
 
 /* ----------------------------------------------------------------- status */
