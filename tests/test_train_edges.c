@@ -406,7 +406,7 @@ START_TEST(adagrad_on_a_store_mixing_optimizers) {
   /* a batch of tables 0 and 2 only (table 1's segment empty), duplicates included */
   uint64_t ids[4] = {3, 7, 3, 0xabcdef12345ull}, offs[4] = {0, 3, 3, 4};
   uint64_t ids1[1] = {5}, offs1[4] = {0, 0, 1, 1}, offs_all[4] = {0, 3, 4, 5}, ids_all[5];
-  float g[4 * MIX_DIM], w[2][MIX_DIM], acc[2] = {0, 0}, got[MIX_DIM], st, t1_before[MIX_DIM];
+  float g[5 * MIX_DIM], w[2][MIX_DIM], acc[2] = {0, 0}, got[MIX_DIM], st, t1_before[MIX_DIM];
   emc_stats s0, s1;
   uint32_t j;
   EMCT_OK(emc_store_create(MIX_TABLES, 3, &s));
@@ -425,7 +425,7 @@ START_TEST(adagrad_on_a_store_mixing_optimizers) {
   ada.eps = 1e-6f;
   ada.initial_accumulator = 0.01f;
   emc_optimizer_init(&sgd);
-  for (j = 0; j < 4 * MIX_DIM; j++) g[j] = (float)((int)(j * 7 % 17) - 8) / 8.0f;
+  for (j = 0; j < 5 * MIX_DIM; j++) g[j] = (float)((int)(j * 7 % 17) - 8) / 8.0f;
   /* tables with ids all keep state: applied */
   s0 = stats_of(c);
   {
