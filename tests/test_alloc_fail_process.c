@@ -414,14 +414,14 @@ END_TEST
 #endif /* !EMCT_SANITIZED */
 
 int main(void) {
-  Suite *s;
-  TCase *tc;
-  SRunner *sr;
-  int failed_n;
 #if EMCT_SANITIZED
   printf("test_alloc_fail_process: skipped under sanitizers (they own malloc)\n");
   return 77;
 #else
+  Suite *s;
+  TCase *tc;
+  SRunner *sr;
+  int failed_n;
   sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) return 1;
   s = suite_create("alloc_fail_process");
