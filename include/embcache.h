@@ -529,9 +529,9 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  * Errors: EMC_EINVAL (NULL cache / grads with ids / opt, bad offsets, opt->struct_size not
  * sizeof(emc_optimizer), an unknown kind or merge, lr, eps or initial_accumulator NaN or
  * infinite, eps or initial_accumulator negative, row-wise Adagrad with ids in a table without
- * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32), EMC_ERANGE (a dense id >= rows, a hashed table would
- * exceed its capacity), EMC_ECAPACITY (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are
- * found before anything changes. */
+ * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32),
+ * EMC_ERANGE (a dense id >= rows, a hashed table would exceed its capacity), EMC_ECAPACITY
+ * (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are found before anything changes. */
 EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                        const void *grads, const emc_optimizer *opt, void *stream);
 
