@@ -183,7 +183,10 @@ static emc_cache *col_cache(emc_store *s, size_t capacity) {
   return c;
 }
 
-/* Two ids of table 1 whose 32-bit global keys collide under the codec COL_TABLES give. */
+/* Two ids of table 1 whose 32-bit global keys collide under the codec COL_TABLES give
+ * (searched once per run, by the tcase's unchecked fixture: its tests, forked from the
+ * runner, inherit them). */
+static uint64_t col_a, col_b;
 static void find_collision(uint64_t *a, uint64_t *b) {
   emc_store *s;
   emc_cache *c;
@@ -206,6 +209,8 @@ static void find_collision(uint64_t *a, uint64_t *b) {
   emc_store_destroy(s);
 }
 
+static void col_search(void) { find_collision(&col_a, &col_b); }
+
 typedef struct col_world {
   emc_store *s;
   emc_cache *c;
@@ -218,7 +223,8 @@ static void col_setup(col_world *w, size_t capacity) {
   uint64_t ka, kb, i;
   float row[COL_DIM];
   memset(w, 0, sizeof *w);
-  find_collision(&w->a, &w->b);
+  w->a = col_a;
+  w->b = col_b;
   EMCT_OK(emc_store_create(COL_TABLES, 2, &w->s));
   emct_pattern_row(1, w->a, 1, COL_DIM, EMC_DTYPE_F32, w->row_a);
   emct_pattern_row(1, w->b, 1, COL_DIM, EMC_DTYPE_F32, w->row_b);
@@ -492,15 +498,14 @@ END_TEST
 /* ------------------------------------------------------------------ main */
 int main(void) {
   Suite *s = suite_create("train_edges");
-  TCase *tw = tcase_create("wide");
+  TCase *tw = tcase_create("wide"), *tc = tcase_create("collisions"), *tm = tcase_create("mixed");
   SRunner *sr;
   int failed;
-  TCase *tc = tcase_create("collisions");
   tcase_add_loop_test(tw, wide_row_is_admitted, 0, WIDE_CALLS);
+  tcase_add_unchecked_fixture(tc, col_search, NULL);
   tcase_add_loop_test(tc, collision_unpinned_holder_gives_way, 0, HOLD_KINDS);
   tcase_add_test(tc, collision_pinned_holder_is_shortfall);
   tcase_add_loop_test(tc, collision_in_one_batch, 0, 2);
-  TCase *tm = tcase_create("mixed");
   tcase_add_test(tm, adagrad_on_a_store_mixing_optimizers);
   tcase_set_timeout(tw, emct_timeout(60));
   tcase_set_timeout(tm, emct_timeout(60));
