@@ -107,8 +107,10 @@ EMC_API const char *emc_version_string(void);
  * package or pkg-config link it at start-up. A library loaded later with dlopen (Python's
  * ctypes) usually cannot load it (its initial-exec TLS needs room in the static TLS block
  * that only start-up provides) and uses "system": mmap with MADV_HUGEPAGE for blocks of
- * 1 MiB and more, posix_memalign below. Decided once per process, at the first allocation;
- * EMC_HOST_ALLOCATOR=system in the environment forces "system". Never NULL. */
+ * 1 MiB and more, posix_memalign below. Decided once per process, when the library is
+ * loaded (so that no API call loads a library: an allocation failing inside the dynamic
+ * loader can end the process); EMC_HOST_ALLOCATOR=system in the environment at that moment
+ * forces "system". Never NULL. */
 EMC_API const char *emc_host_allocator(void);
 
 /* ----------------------------------------------------------------- status */
@@ -415,7 +417,8 @@ typedef struct emc_stats {
   uint64_t prefetched;     /* distinct rows emc_prefetch pinned (admitted first when missing) */
   uint64_t pinned_rows;    /* rows pinned now by the live prefetch window */
   uint64_t pinned_bytes;   /* their slot bytes (<= t2 * capacity_bytes) */
-  uint64_t pin_shortfall;  /* distinct rows emc_prefetch could not pin (the pin budget) */
+  uint64_t pin_shortfall;  /* distinct rows emc_prefetch could not pin (the pin budget; host
+                              backend: also a key held by another, pinned id) */
   uint64_t gradient_rows;  /* distinct rows emc_apply_gradients updated */
 } emc_stats;
 
@@ -476,6 +479,14 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * not fit, the call pins what fits, leaves the rest unpinned (a later lookup reads them from
  * the store: still correct) and returns EMC_ECAPACITY, the detail naming how many rows and
  * bytes did not fit. Hashed ids absent from the store are skipped (they read as zero rows).
+ * Key collisions (hashed tables; likely with key_bits 32): the index keeps one entry per
+ * global key, so of two ids of a table sharing a key only one can be cached. Host backend:
+ * a prefetched id whose key another id holds unpinned takes the key (the holder is evicted,
+ * its row written back first when dirty); when the holder is pinned (by this call, e.g. both
+ * ids in one batch, or a live earlier prefetch) the id is not cached, counts in
+ * stats.pin_shortfall, and the call returns EMC_ECAPACITY. So an EMC_OK prefetch made every
+ * row with a store row resident and pinned. (CUDA backend: such an id is still skipped,
+ * neither pinned nor counted.)
  *   ids, offsets: a batch as for emc_lookup (see "Batches"), the same memory spaces.
  * Host backend: stream NULL (ignored); blocking. CUDA backend: with device ids asynchronous
  * on stream; a lookup of the batch on any stream after the prefetch has completed is all hits
@@ -485,7 +496,8 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * be captured into a graph, and graphs captured from the cache fix the largest batch.
  * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32), EMC_ERANGE (a
  * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
- * then changes nothing), EMC_ECAPACITY (above; the fitting rows are pinned), EMC_ENOMEM,
+ * then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
+ * id; the other rows are pinned), EMC_ENOMEM,
  * EMC_EDEVMEM, EMC_ECUDA. Nothing changes on the other errors. */
 EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 void *stream);
@@ -500,7 +512,11 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  *   Row-wise Adagrad (EMC_STATE_ADAGRAD tables): s = initial_accumulator + stored sum;
  *        stored sum += mean_j(g_j * g_j) (summed in element order, divided by dim);
  *        w_j = w_j - (lr * g_j) / (sqrtf(s') + eps) with s' the new accumulator, each
- *        operation rounded in f32 (no fused multiply-add).
+ *        operation rounded in f32 (no fused multiply-add). Every table with ids in the batch
+ *        must keep the accumulator; tables without ids in it may lack it, so a model that
+ *        trains some tables with SGD and others with Adagrad calls once per optimizer, each
+ *        batch holding only its tables' ids (empty segments elsewhere). CUDA backend: refused
+ *        when any table of the store lacks it (offsets may be device memory).
  * Rows not in the cache are admitted from the store first (evicting unpinned rows as needed),
  * or updated in the store when the cache has no room left. Hashed ids absent from the store
  * get a store row (zero, then updated), as emc_insert does. Cached training is thus
@@ -512,10 +528,10 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  * changes nothing and the next emc_flush returns the error.
  * Errors: EMC_EINVAL (NULL cache / grads with ids / opt, bad offsets, opt->struct_size not
  * sizeof(emc_optimizer), an unknown kind or merge, lr, eps or initial_accumulator NaN or
- * infinite, eps or initial_accumulator negative, Adagrad on a table without
- * EMC_STATE_ADAGRAD, n >= 2^32), EMC_ERANGE (a dense id >= rows, a hashed table would
- * exceed its capacity), EMC_ECAPACITY (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are
- * found before anything changes. */
+ * infinite, eps or initial_accumulator negative, row-wise Adagrad with ids in a table without
+ * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32),
+ * EMC_ERANGE (a dense id >= rows, a hashed table would exceed its capacity), EMC_ECAPACITY
+ * (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are found before anything changes. */
 EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                        const void *grads, const emc_optimizer *opt, void *stream);
 

@@ -14,7 +14,7 @@
  * real call fails when memory runs out (NULL, errno = ENOMEM). The hook sits above the
  * provider choice, so every provider fails at the same points.
  *
- * Two providers, chosen once per process at the first allocation (or emc_host_allocator()):
+ * Two providers, chosen once per process when the library is loaded (below: "When"):
  *
  *   jemalloc  its non-standard API (mallocx/dallocx/mallctl: private arenas, no thread
  *             cache), found with dlopen("libjemalloc.so.2") + dlsym;
@@ -30,10 +30,21 @@
  * DT_NEEDED dependency, every dlopen of libembcache.so failed that way. libjemalloc_pic.a has
  * the same initial-exec relocations (R_X86_64_GOTTPOFF), so linking it into libembcache.so
  * would only move the problem. So libembcache.so does not depend on jemalloc; this file
- * dlopens it at first use, which succeeds when the process already has it (programs linked
- * through the CMake package or pkg-config link -ljemalloc, so it is loaded at start-up;
- * LD_PRELOAD) or when the surplus happens to be large enough, and otherwise falls back to the
- * system provider, saying why in emc_host_allocator().
+ * dlopens it, which succeeds when the process already has it (programs linked through the
+ * CMake package or pkg-config link -ljemalloc, so it is loaded at start-up; LD_PRELOAD) or
+ * when the surplus happens to be large enough, and otherwise falls back to the system
+ * provider, saying why in emc_host_allocator().
+ *
+ * When: in a constructor, as the library is loaded (at program start for a program linked
+ * with it, static or shared; inside dlopen for ctypes.CDLL or a plugin), never inside an API
+ * call. dlopen allocates through the process's malloc, and glibc's loader cannot always undo
+ * a failed allocation: past dlopen's point of no return (mapping libjemalloc's dependencies,
+ * libstdc++ and libgcc_s, in a process that lacks them) it ends the whole process with status
+ * 127 ("out of memory"). Inside an API call that broke the rule that an allocation failure is
+ * EMC_ENOMEM; at load time the same failure is the loader's own, as for any library the
+ * program loads. tests/test_alloc_fail_process.c fails every allocation of the process in
+ * turn inside API calls and checks that no API call dlopens. The pthread_once below stays:
+ * it makes the choice once whoever asks first (the constructor, in practice).
  *
  * Under AddressSanitizer everything goes through posix_memalign/free (no header, no mmap) so
  * ASan sees every block's bounds. EMC_HOST_ALLOCATOR=system in the environment forces the
@@ -127,6 +138,10 @@ static provider alloc_provider(void) {
   pthread_once(&emc__alloc_once_ctl, alloc_resolve);
   return emc__alloc_state.prov;
 }
+
+/* The provider is chosen when the library is loaded, not at its first allocation inside an API
+ * call (see "When" above). EMC_HOST_ALLOCATOR is read here, so it must be set before. */
+__attribute__((constructor)) static void alloc_at_load(void) { (void)alloc_provider(); }
 
 const char *emc_host_allocator(void) {
   alloc_provider();

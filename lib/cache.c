@@ -278,7 +278,7 @@ static emc_status check_positions(const emc_cache *c, const uint64_t *offsets) {
 }
 
 /* The optimizer's fields (both backends, before any pointer is read). */
-static emc_status check_optimizer(const emc_cache *c, const emc_optimizer *o) {
+static emc_status check_optimizer(const emc_optimizer *o) {
   if (!o) return EMC_FAIL(EMC_EINVAL, "opt is NULL");
   if (o->struct_size != sizeof *o)
     return EMC_FAIL(EMC_EINVAL, "opt->struct_size = %zu, expected %zu: call emc_optimizer_init",
@@ -293,14 +293,23 @@ static emc_status check_optimizer(const emc_cache *c, const emc_optimizer *o) {
   if (!isfinite(o->initial_accumulator) || o->initial_accumulator < 0.0f)
     return EMC_FAIL(EMC_EINVAL, "opt->initial_accumulator = %g; must be finite and >= 0",
                     (double)o->initial_accumulator);
-  if (o->kind == EMC_OPT_ROWWISE_ADAGRAD) {
-    uint32_t t;
-    for (t = 0; t < c->store->n_tables; t++)
-      if (c->store->tables[t].state != EMC_STATE_ADAGRAD)
-        return EMC_FAIL(EMC_EINVAL,
-                        "row-wise Adagrad needs an accumulator per row: table %u ('%s') was "
-                        "created without EMC_STATE_ADAGRAD",
-                        t, c->store->tables[t].name);
+  return EMC_OK;
+}
+
+/* Row-wise Adagrad needs an accumulator beside every row it steps: each table with ids in the
+ * batch (offsets: host memory, checked), or, with offsets NULL, every table of the store. */
+static emc_status check_state(const emc_cache *c, const emc_optimizer *o,
+                              const uint64_t *offsets) {
+  uint32_t t;
+  if (o->kind != EMC_OPT_ROWWISE_ADAGRAD) return EMC_OK;
+  for (t = 0; t < c->store->n_tables; t++) {
+    if (offsets && offsets[t + 1] == offsets[t]) continue; /* no ids: nothing to step */
+    if (c->store->tables[t].state != EMC_STATE_ADAGRAD)
+      return EMC_FAIL(EMC_EINVAL,
+                      "row-wise Adagrad needs an accumulator per row: table %u ('%s'), %s, was "
+                      "created without EMC_STATE_ADAGRAD",
+                      t, c->store->tables[t].name,
+                      offsets ? "which has ids in the batch" : "a table of the store (CUDA backend)");
   }
   return EMC_OK;
 }
@@ -318,11 +327,15 @@ emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t
                                const void *grads, const emc_optimizer *opt, void *stream) {
   uint64_t total;
   if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
-  EMC_TRY(check_optimizer(c, opt));
-  if (IS_CUDA(c)) return emc__cuda_apply(c, ids, offsets, grads, opt, stream);
+  EMC_TRY(check_optimizer(opt));
+  if (IS_CUDA(c)) { /* offsets may be device memory: every table must keep state */
+    EMC_TRY(check_state(c, opt, NULL));
+    return emc__cuda_apply(c, ids, offsets, grads, opt, stream);
+  }
   (void)stream;
   EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
   EMC_TRY(check_positions(c, offsets));
+  EMC_TRY(check_state(c, opt, offsets));
   total = offsets[c->store->n_tables];
   if (total > 0 && !grads)
     return EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)total);

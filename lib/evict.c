@@ -7,15 +7,22 @@
  *   scan 1  a histogram of ages (now - stamp, 16-bit, clamped to EMC__AGE_CLAMP), weighted by
  *           the row's stride, EMC__HIST_BUCKETS buckets of 8 calls each (rows pinned by
  *           emc_prefetch are never evicted and not counted);
- *   cut     from the oldest bucket down, the bucket where the bytes reach the need
- *           (bytes in use - t2 * capacity);
+ *   need    what the admission in hand needs: use down to t2, and at least room for its row
+ *           under t1: max(in_use - t2 * capacity, in_use + stride - t1 * capacity). The second
+ *           term is larger only for a row wider than (t1 - t2) * capacity arriving while use
+ *           already lies between t1 * capacity - stride and t2 * capacity; without it the
+ *           pass would stop at t2, evict nothing, and the row would bypass the cache (or a
+ *           prefetch fail to pin it) with evictable rows at hand;
+ *   cut     from the oldest bucket down, the bucket where the bytes reach the need;
  *   scan 2  evict every entry older than the cut bucket, then entries of the cut bucket until
  *           the need is met, then, if readers restamped rows since scan 1, any entry but those
  *           touched by this call, and as a last resort any unpinned entry: every pass ends at
- *           or below t2 (pinned rows take at most t2 * capacity, train_host.c).
+ *           or below t2 (pinned rows take at most t2 * capacity, train_host.c), and with room
+ *           for the row under t1 unless pinned rows leave less (pinned + stride > t1).
  * Evicting writes a dirty row back to the store first, then removes the entry (or turns a
  * hashed row's entry into a unified-index entry pointing at its store row, while the unified
- * budget lasts), then frees the slot. Unified entries of earlier passes are dropped, all at
+ * budget lasts), then frees the slot. emc__evict_holder evicts one given entry the same way
+ * but leaves no unified-index entry (its key is wanted by another id: emc_prefetch). Unified entries of earlier passes are dropped, all at
  * once, when the unified index is three-quarters full.
  */
 #include <string.h>
@@ -75,8 +82,10 @@ static int pool_entry(const emc__host_cache *h, uint64_t pos, uint32_t *t, uint6
   return 1;
 }
 
-/* Evict the pool entry (pos, key, lm) of table t; returns the bytes freed. */
-static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key, uint64_t lm) {
+/* Evict the pool entry (pos, key, lm) of table t; returns the bytes freed. A hashed row's
+ * entry may stay as a unified-index entry (its store row) when `unified` allows. */
+static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key, uint64_t lm,
+                            int unified) {
   emc__host_cache *h = c->host;
   const emc__table *tb = &c->store->tables[t];
   uint32_t loc = emc__lm_loc(lm), stride = h->layout[t].stride;
@@ -88,7 +97,7 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
     EMC__TP(EMC__TP_WRITE, "evict: written back");
   }
   /* 2. the entry goes, or points at the hashed row's store row (a unified-index entry) */
-  if (tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows) {
+  if (unified && tb->kind == EMC_TABLE_HASHED && h->host_entries < c->cfg.unified_index_rows) {
     unsigned char *pg = emc__page_at(h, loc / h->max_slots);
     row = emc__store_find(tb, EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], loc % h->max_slots)));
   }
@@ -115,7 +124,21 @@ uint32_t emc__evict_at(emc_cache *c, uint64_t pos) {
   uint32_t t;
   uint64_t lm, key;
   if (!pool_entry(c->host, pos, &t, &lm, &key)) return 0;
-  return evict_entry(c, pos, t, key, lm);
+  return evict_entry(c, pos, t, key, lm, 1);
+}
+
+int emc__evict_holder(emc_cache *c, int64_t pos) {
+  emc__host_cache *h = c->host;
+  uint64_t lm = emc__ix_lm(&h->ix, (uint64_t)pos), key = emc__ix_key(&h->ix, (uint64_t)pos);
+  uint32_t t;
+  if (emc__lm_loc(lm) & EMC__LOC_HOST) { /* a unified-index entry: only a pointer */
+    emc__hix_remove(c, pos);
+    h->host_entries--;
+    return 1;
+  }
+  if (!pool_entry(h, (uint64_t)pos, &t, &lm, &key)) return 0; /* pinned */
+  (void)evict_entry(c, (uint64_t)pos, t, key, lm, 0);
+  return 1;
 }
 
 /* Drop every unified-index entry (they are all older than the entries a pass keeps). */
@@ -142,15 +165,18 @@ static uint64_t evict_from(emc_cache *c, uint64_t now, uint32_t min_bucket, int 
     if (!pool_entry(h, i, &t, &lm, &key)) continue;
     age = entry_age(h, i, now);
     if (age / AGE_WIDTH < min_bucket || (age == 0 && !any)) continue;
-    freed += evict_entry(c, i, t, key, lm);
+    freed += evict_entry(c, i, t, key, lm, 1);
   }
   return freed;
 }
 
-static void evict_pass(emc_cache *c, uint64_t now) {
+/* One pass for an admission of `stride` bytes (see the file comment for the need). */
+static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
-  uint64_t need = in_use > h->low_bytes ? in_use - h->low_bytes : 0, acc = 0, freed = 0, i;
+  uint64_t to_low = in_use > h->low_bytes ? in_use - h->low_bytes : 0;
+  uint64_t to_fit = in_use + stride > h->high_bytes ? in_use + stride - h->high_bytes : 0;
+  uint64_t need = to_low > to_fit ? to_low : to_fit, acc = 0, freed = 0, i;
   uint32_t cut, top = 0; /* buckets [top, EMC__HIST_BUCKETS) are empty */
   if (need == 0) return;
   EMC__CNT_ADD(h->n_passes, 1);
@@ -191,6 +217,6 @@ static void evict_pass(emc_cache *c, uint64_t now) {
 int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now) {
   emc__host_cache *h = c->host;
   if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride > h->high_bytes)
-    evict_pass(c, now);
+    evict_pass(c, stride, now);
   return __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride <= h->high_bytes;
 }

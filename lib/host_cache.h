@@ -148,8 +148,15 @@ EMC_INTERNAL void emc__hix_maintain(emc_cache *c, int finish);
 EMC_INTERNAL int emc__hix_entry_is(const emc_cache *c, uint32_t t, uint64_t lm, uint64_t id);
 
 /* ---------------------------------------------------------------- evict.c */
-/* Room for one more row of `stride` bytes within t1, running a pass if needed (writer). */
+/* Room for one more row of `stride` bytes within t1, running a pass if needed (writer): the
+ * pass frees down to t2 and, for a row wider than t1 - t2, as much more as the row needs. 0
+ * when even that leaves no room (pinned rows + stride > t1). */
 EMC_INTERNAL int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now);
+/* Free the key of the entry at pos for another id of its table (a hashed-id collision): an
+ * unpinned pool entry is evicted (written back first when dirty), a unified-index entry is
+ * dropped, and either leaves the key absent from the index. 0 (nothing changed) when the entry
+ * is pinned. Writer. */
+EMC_INTERNAL int emc__evict_holder(emc_cache *c, int64_t pos);
 /* Write the row of the pool entry (key, loc) of table t back to its store row (writer). */
 EMC_INTERNAL void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc);
 /* Evict the live, unpinned pool entry at index position pos as a pass would (dirty: written

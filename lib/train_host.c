@@ -20,6 +20,15 @@
  *   old list, pins the batch's rows cached now (before any eviction can run), then admits the
  *   missing rows (evicting unpinned ones) and pins them, each while the budget lasts; rows
  *   over the budget stay (or are admitted) unpinned and are counted as the shortfall.
+ *   Key collisions: with 32-bit keys two hashed ids of one table may share a global key, and
+ *   the index holds one entry per key, so while one id holds it the other is never cached
+ *   (its reads go to the store). A row of the batch whose key another id holds takes the
+ *   key when the holder is unpinned (an unpinned pool entry is evicted, written back first
+ *   when dirty; a unified-index entry is dropped: emc__evict_holder) and the row itself fits
+ *   the budget; a pinned holder (this call's or a live earlier one's) keeps the key and the
+ *   row is counted in the shortfall too (EMC_ECAPACITY). So of two colliding ids in one
+ *   batch the first is pinned and the second reported; no row of an EMC_OK call is left
+ *   out.
  *
  * Apply
  *   Under the lock, for each distinct (table, id): the merged gradient (emc_item.h,
@@ -28,6 +37,7 @@
  *   writer protocol (dirty), else a fresh slot (admitted dirty), else the store row.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,11 +232,12 @@ emc_status emc__host_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t 
   emc__host_cache *h = c->host;
   emc_store *s = c->store;
   uint64_t total = offsets[s->n_tables], now, u, nu = 0, pinned = 0, short_rows = 0;
-  uint64_t short_bytes = 0;
+  uint64_t short_bytes = 0, short_keys = 0;
   uint64_t *uniq = NULL, *keys = NULL;
   uint32_t *inv = NULL, *tab = NULL, t;
   uint8_t *done = NULL;
   unsigned char *row = NULL;
+  char more[96] = "";
   emc__pin_list fresh = {0};
   emc__pin_list *old;
   dd_scratch d = {0};
@@ -290,13 +301,30 @@ emc_status emc__host_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t 
     if (done[u]) continue;
     srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)uniq[u] : emc__store_find(tb, uniq[u]);
     if (srow < 0) continue; /* a hashed id without a row reads as zeros: nothing to pin */
-    if (!emc__make_room(c, stride, now)) { /* t1 leaves no room (a row wider than t1 - t2) */
+    /* another id of the table holds the key (a hashed-id collision): an unpinned holder gives
+     * way when this row can be pinned; a pinned one keeps the key and this row is reported */
+    pos = emc__index_find(&h->ix, keys[u]);
+    if (pos >= 0 && !emc__hix_entry_is(c, tab[u], emc__ix_lm(&h->ix, (uint64_t)pos), uniq[u])) {
+      if (h->pinned_bytes + stride > h->low_bytes) { /* not pinnable anyway: the holder stays */
+        short_rows++;
+        short_bytes += stride;
+        continue;
+      }
+      if (!emc__evict_holder(c, pos)) {
+        short_keys++;
+        continue;
+      }
+    }
+    if (!emc__make_room(c, stride, now)) { /* pinned rows leave no room under t1 */
       short_rows++;
       short_bytes += stride;
       continue;
     }
     pos = emc__admit_pos(c, tab[u], uniq[u], keys[u], &collision);
-    if (pos == -2) continue; /* a hashed collision: the id is read from the store */
+    if (pos == -2) { /* cannot happen: the key was freed above and nothing took it since */
+      short_keys++;
+      continue;
+    }
     emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
     if (!emc__admit_row(c, tab[u], uniq[u], keys[u], pos, row, 0, now)) {
       short_rows++; /* no free page left for this table's layout */
@@ -321,15 +349,24 @@ emc_status emc__host_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t 
   emc__hix_maintain(c, 0);
   pthread_mutex_unlock(&h->lock);
   EMC__CNT_ADD(h->n_prefetched, pinned);
-  EMC__CNT_ADD(h->n_pin_shortfall, short_rows);
+  EMC__CNT_ADD(h->n_pin_shortfall, short_rows + short_keys);
+  if (short_keys > 0)
+    snprintf(more, sizeof more, "; %llu more share their global key with a pinned id of their "
+             "table", (unsigned long long)short_keys);
   if (short_rows > 0)
     st = EMC_FAIL(EMC_ECAPACITY,
                   "%llu of %llu distinct rows (%llu bytes) do not fit the pin budget of %llu "
                   "bytes (t2 * capacity, shared by the last prefetch_depth + 1 = %u prefetches); "
-                  "they stay unpinned and are read from the store when evicted",
+                  "they stay unpinned and are read from the store when evicted%s",
                   (unsigned long long)short_rows, (unsigned long long)nu,
                   (unsigned long long)short_bytes, (unsigned long long)h->low_bytes,
-                  h->n_pin_lists);
+                  h->n_pin_lists, more);
+  else if (short_keys > 0)
+    st = EMC_FAIL(EMC_ECAPACITY,
+                  "%llu of %llu distinct rows share their global key with another id of their "
+                  "table that a live prefetch pinned (a hashed-id key collision, likely with "
+                  "32-bit keys): they are not cached and are read from the store",
+                  (unsigned long long)short_keys, (unsigned long long)nu);
 out:
   free(uniq);
   free(keys);

@@ -557,7 +557,7 @@ class Optimizer:
     """emc_optimizer: the step Cache.apply_gradients takes.
 
     kind    "sgd" (w = fma(-lr, g, w) per element) or "rowwise_adagrad" (one accumulator per
-            row: every table of the store needs state="adagrad")
+            row: every table with ids in the batch needs state="adagrad")
     merge   "sum" or "mean": how the gradients of a batch's duplicate ids combine (summed in
             position order; "mean" then divides by the number of positions)
     lr      learning rate; eps, initial_accumulator: Adagrad's (>= 0). Finite numbers, taken
@@ -839,7 +839,8 @@ class Cache:
                    (Cache.split gives per-table views); the same memory space as lookup's out.
         optimizer  an Optimizer. Gradients of duplicate ids are merged (optimizer.merge).
         Raises EmcError (nothing changed): EMC_EINVAL for bad arrays or optimizer fields (and
-        the library's detail for e.g. row-wise Adagrad over a table without state="adagrad"),
+        the library's detail for e.g. row-wise Adagrad with ids in a table without
+        state="adagrad"),
         EMC_ERANGE (dense id out of range, hashed table full), EmcCapacityError (.partial
         False) when the batch's distinct rows alone exceed the cache: split the batch."""
         func = "emc_apply_gradients"

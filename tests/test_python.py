@@ -628,9 +628,16 @@ class T10Adagrad(unittest.TestCase):
                 self.assertEqual(e.detail, emc.library().emc_last_error_detail().decode())
                 self.assertIn("EMC_STATE_ADAGRAD", e.detail)
                 self.assertEqual(c.stats()["gradient_rows"], 0)
+                # a batch with ids only in the table with state trains: a store may mix
+                c.apply_gradients(np.array([1], np.uint64), [0, 1, 1],
+                                  np.ones((1, 4), np.float32), emc.Optimizer("rowwise_adagrad"))
+                self.assertEqual(c.stats()["gradient_rows"], 1)
                 c.apply_gradients(ids, offsets, np.ones((2, 4), np.float32), emc.Optimizer())
-            # read_state: zeros for untouched rows, the library's EINVAL for a stateless table
-            np.testing.assert_array_equal(store.read_state(0, np.arange(10, dtype=np.uint64)), 0)
+            # read_state: zeros for untouched rows (id 1's accumulator: mean(1 * 1) = 1), the
+            # library's EINVAL for a stateless table
+            st0 = store.read_state(0, np.arange(10, dtype=np.uint64))
+            self.assertEqual(st0[1], 1.0)
+            np.testing.assert_array_equal(np.delete(st0, 1), 0)
             with self.assertRaises(emc.EmcError) as cm:
                 store.read_state(1, ids)
             self.assertEqual(cm.exception.status, emc.EMC_EINVAL)
@@ -645,7 +652,7 @@ class T10Adagrad(unittest.TestCase):
             self.assertIn("float32", cm.exception.detail)
             out = np.full(2, 7, np.float32)
             self.assertIs(store.read_state(0, ids, out=out), out)
-            np.testing.assert_array_equal(out, 0)
+            np.testing.assert_array_equal(out, [1, 0])  # ids 1, 2
         finally:
             store.close()
 
