@@ -92,7 +92,7 @@ typedef struct emc__table {
   uint32_t full_bytes;  /* row and state: what moves between store and cache */
   uint32_t stride;      /* emc__row_stride(full_bytes) */
   uint64_t rows;        /* dense: rows; hashed: capacity */
-  unsigned char *base;  /* rows * stride bytes, 64-byte aligned */
+  unsigned char *base;  /* rows * stride bytes, page-aligned (lib/store.c, table_block) */
   size_t base_bytes;    /* bytes allocated at base */
   /* hashed tables only: flat open-addressing map id -> row, plus row -> id */
   uint64_t map_cap;     /* power of two >= 2 * rows */

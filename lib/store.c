@@ -1,7 +1,7 @@
 /*
  * store.c: the CPU embedding store, the source of truth for every row.
  *
- * Each table's rows live in one 64-byte-aligned emc__alloc_in block (one arena per store) at
+ * Each table's rows live in one page-aligned emc__alloc_in block (one arena per store) at
  * the stride emc__row_stride(row_bytes). Hashed tables add a flat open-addressing map
  * id -> row (linear probing, power-of-two capacity >= 2 * rows, never deleted from) and an
  * append-only row -> id array, which lets the cache validate a unified-index entry.
@@ -63,6 +63,15 @@ emc_status emc__table_desc_check(const emc_table_desc *d, uint32_t i) {
   return EMC_OK;
 }
 
+/* A zeroed block of whole pages for table memory: a CUDA cache registers (pins) the store's
+ * blocks with the device, which pins whole pages, so no two stores' blocks may share a page
+ * (two caches over stores whose blocks shared a page failed with
+ * cudaErrorHostMemoryAlreadyRegistered: defect 10 of the GPU pre-flight review). */
+static void *table_block(const emc_store *s, size_t bytes) {
+  if (bytes > SIZE_MAX - 4095) return NULL;
+  return emc__alloc_in(s->arena, (bytes + 4095) & ~(size_t)4095, 4096, 1);
+}
+
 /* Allocate table i's memory from its descriptor (rows zero, map empty). */
 emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
   emc__table *t = &s->tables[i];
@@ -87,7 +96,7 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
   if (!emc__size_mul64(t->rows, t->stride, &t->base_bytes))
     return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): %llu rows of %u bytes overflow", i, t->name,
                     (unsigned long long)t->rows, t->stride);
-  t->base = emc__alloc_in(s->arena, t->base_bytes, 64, 1);
+  t->base = table_block(s, t->base_bytes);
   if (!t->base)
     return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate %zu bytes of rows", i, t->name,
                     t->base_bytes);
@@ -101,9 +110,9 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
       return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): the id map of %llu rows overflows", i,
                       t->name, (unsigned long long)t->rows);
     t->map_cap = cap;
-    t->map_ids = emc__alloc_in(s->arena, map_bytes, 64, 1);
-    t->map_rowp1 = emc__alloc_in(s->arena, map_bytes, 64, 1);
-    t->row_ids = emc__alloc_in(s->arena, ids_bytes, 64, 1);
+    t->map_ids = table_block(s, map_bytes);
+    t->map_rowp1 = table_block(s, map_bytes);
+    t->row_ids = table_block(s, ids_bytes);
     if (!t->map_ids || !t->map_rowp1 || !t->row_ids)
       return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate the id map of %llu slots", i,
                       t->name, (unsigned long long)cap);
