@@ -27,9 +27,10 @@
  * (median, p90 over the measured steps; the events are read after the loop); the host
  * synchronisations the bench itself makes inside the measured loop, counted: every
  * cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize and blocking cudaMemcpy in
- * this file goes through host_sync(), which counts it (none is called in the loop, so the
- * figure is 0 by construction; it is there so a change that adds one shows). The library's
- * side is checked, not assumed, two ways. One step is captured into a CUDA graph (global
+ * this file goes through host_sync(), which counts it (none is called in the loop), plus
+ * every wait the library itself made in the loop (stats.host_syncs: the library counts each of
+ * its host waits for the device), so "0 host syncs per step" is a measurement. The library's
+ * side is checked two more ways. One step is captured into a CUDA graph (global
  * capture mode first: synchronising a captured stream or the device, a synchronous copy, or
  * another capture-unsafe call invalidates the capture; relaxed mode, which tolerates the
  * capture-unsafe calls that do not synchronise the captured streams, if global fails) and
@@ -397,6 +398,11 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
     CUT(cudaEventRecord(ev[o->steps], g.st));
     loop_enqueue_s = now_s() - w0;
     syncs_in_loop = n_host_syncs - syncs0;
+    { /* and the library's own waits (stats.host_syncs) */
+      emc_stats sl;
+      EMT("emc_get_stats", emc_get_stats(c, &sl));
+      syncs_in_loop += sl.host_syncs - s0.host_syncs;
+    }
     CUT(host_sync(SYNC_EVENT, ev[o->steps], NULL, NULL, 0, cudaMemcpyDefault));
     loop_wall_s = now_s() - w0;
   }
@@ -531,7 +537,10 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
               gr.error[0] ? "; " : "", gr.error);
     else
       fprintf(stderr, "emc-bench-gpu: --train: graph capture failed: %s\n", gr.error);
-    if (syncs_in_loop != 0) rc = EXIT_WRONG;
+    /* on a GPU a wait in the loop is a regression; on the CPU model of the device (cuda/sim/)
+     * the device runs far behind the host (serial mode: only when the host waits), so the
+     * scratch pool's back-pressure (16 calls in flight) waits there: a figure, not a failure */
+    if (syncs_in_loop != 0 && !strstr(prop.name, "CPU model")) rc = EXIT_WRONG;
   }
 
 out:

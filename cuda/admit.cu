@@ -3,9 +3,10 @@
  * kernels, and their launchers.
  *
  * Writer calls (admission of a lookup's misses, insert, flush) run on the cache's writer
- * stream one after another (or, inside a caller's captured graph, behind the device writer
- * lock), beside any number of lookups. The sequence for a lookup's misses:
- *   lock     (1 thread) take the writer lock, tick the clock
+ * stream one after another (or inside a caller's captured graph, ordered with the writer
+ * stream by events: cache_cuda.cu), beside any number of lookups. No kernel waits for another.
+ * The sequence for a lookup's misses:
+ *   begin    (1 thread) tick the clock, reset the call's state
  *   demand   (1 block) the call's demand (misses per table times their stride); decide on the
  *            device whether an eviction pass runs (bytes in use + demand > t1, or the stamps
  *            are due for aging) and whether a re-pack step of the index runs (see maint.cu)
@@ -26,22 +27,24 @@
  *            word, or turn the id's unified-index entry into a slot entry; then the slot leaves
  *            the page's bitmap and the counters move
  *   end      (1 block) the scratch's per-table counters go back to zero, the miss-set epoch
- *            moves on, the write-back epoch is published, the lock is released
+ *            moves on
  * The rows being admitted are in slots no entry names until publish: no pass can evict them.
  */
 #include "dev.cuh"
 
 /* ---------------------------------------------------------------- begin */
-__global__ void k_wr_lock(const __grid_constant__ wr_args A) {
-  dglob *g = A.V.g;
-  /* the writer lock: held across the whole writer call (uncontended unless a caller's
-   * captured graph runs a writer call of its own) */
-  while (atomicCAS(&g->lock, 0u, 1u) != 0u) __nanosleep(1000);
-  __threadfence();
+/* A writer call starts: the clock ticks, the call's state is reset (here, not by the previous
+ * call's end: a call that failed half-enqueued leaves nothing behind). No lock: writer calls
+ * are ordered by stream order and events (cache_cuda.cu, "Streams and ordering"); a device
+ * lock spun on across streams, and could be left held by an error path (defects 3 and 4). */
+__global__ void k_wr_begin(const __grid_constant__ wr_args A) {
+  const dview &V = A.V;
+  dglob *g = V.g;
+  /* an ordering defect is counted (emc_flush reports it), not waited out */
+  if (atomicExch(&g->writer_in, 1u) != 0u) atomicAdd(&g->overlaps, 1ull);
   g->clock++;
   g->n_grants = 0;
   g->n_new_pages = 0;
-  g->wrote_back = 0;
   g->pass_active = 0;
   g->aging = 0;
   g->repack_active = 0;
@@ -98,9 +101,13 @@ __device__ void grant_table(const dview &V, const dcall &C, uint32_t t) {
     }
     if (take == freen) ts->pl_cursor++; /* used up (or no longer this table's) */
   }
+  /* the current page's free slots, once granted, are gone for this call: its header's live
+   * count only moves at publish, so it would offer the same slots again (defect 1 of the GPU
+   * pre-flight review: several misses given one slot) */
+  int cur_used = 0;
   while (r < allow) {
     uint32_t p = ts->cur_page, freen, take;
-    if (p == EMC_NONE32 || hdr_of(V, p)->live == L->n_slots) {
+    if (p == EMC_NONE32 || cur_used || hdr_of(V, p)->live == L->n_slots) {
       uint32_t top = atomicSub(&V.g->free_top, 1u);
       emc__page_hdr *h;
       if (top == 0 || top > V.n_pages) { /* no free page left */
@@ -128,6 +135,7 @@ __device__ void grant_table(const dview &V, const dcall &C, uint32_t t) {
     gi++;
     r += take;
     if (take < freen) break; /* enough */
+    cur_used = 1;
   }
   ts->allow = r; /* fewer when the pages ran out */
   ts->g_first = C.offsets[t] + 2u * t;
@@ -174,17 +182,15 @@ __global__ void __launch_bounds__(256) k_page_init(const __grid_constant__ wr_ar
 }
 
 /* ---------------------------------------------------------------- fill */
-/* Write a row through to the store (inserts that get no slot): the write-back cell first. */
+/* Write a row through to the store (inserts that get no slot), inside its write-back cell. */
 __device__ void write_through(const dview &V, const dtab *tb, uint64_t key, uint64_t row,
                               const unsigned char *src, unsigned lane) {
-  if (lane == 0) {
-    atomicMax(&V.wb_cells[wb_cell(key)], V.g->wb_epoch + 1u);
-    V.g->wrote_back = 1;
-    __threadfence();
-  }
+  if (lane == 0) wb_begin(V, key);
   __syncwarp();
   warp_copy(tb->base + row * tb->stride, src, tb->full_bytes, lane); /* row and state */
   __threadfence_system();
+  __syncwarp();
+  if (lane == 0) wb_end(V, key);
 }
 
 /* The store row of (t, id): dense by address, hashed through the map; -1 when absent. */
@@ -254,8 +260,7 @@ __global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_a
          * read it (or there is none): then the store row, with its state */
         if (C.mode == EMC_MODE_UPDATE) {
           bytes = tb->full_bytes;
-        } else if (ms.wb_epoch == EMC_FROM_STORE ||
-                   (ms.wb_epoch != EMC_NONE32 && V.wb_cells[wb_cell(key)] > ms.wb_epoch)) {
+        } else if (ms.wb == EMC_FROM_STORE || (ms.wb != EMC_NONE32 && ld_rlx(&V.wb_cells[wb_cell(key)]) != ms.wb)) {
           srow = store_row(tb, ms.id);
           if (srow >= 0) {
             src = tb->base + (uint64_t)srow * tb->stride;
@@ -292,7 +297,7 @@ __global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ w
   const dview &V = A.V;
   const dcall &C = A.C;
   const uint64_t n = C.offsets[V.n_tables];
-  const uint32_t meta_base = V.g->meta_seq, now = V.g->clock;
+  const uint32_t now = V.g->clock;
   const uint64_t empty = emc__key_empty(V.key_bits), tomb = emc__key_tomb(V.key_bits);
   ull admitted = 0, bytes = 0, dirty = 0, live = 0, tombs = 0, unified = 0, shortfall = 0;
   GRID_STRIDE(m, n) {
@@ -304,7 +309,10 @@ __global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ w
     if (r >= V.ts[t].need || (loc = C.slot_of[m]) == EMC_NONE32) continue;
     ms = C.misses[m];
     key = emc__global_key(&tb->code, ms.id, V.hash_seed);
-    lm = emc__lm_make(loc, ((meta_base + (uint32_t)(m + 1) * EMC__META_STEP) & ~EMC__META_FLAGS) |
+    /* a fresh meta for this write: the counter moves once per entry written, so it repeats
+     * only after 2^26 writes, as the protocol says (it used to move by the batch's size
+     * every call: defect 13 of the pre-flight review) */
+    lm = emc__lm_make(loc, ((atomicAdd(&V.g->meta_seq, EMC__META_STEP) + EMC__META_STEP) & ~EMC__META_FLAGS) |
                                (C.mode == EMC_MODE_UPDATE ? EMC__META_DIRTY : 0u));
     if (C.mode == EMC_MODE_PREFETCH) { /* pinned while the budget lasts */
       ull b = atomicAdd(&V.g->pinned_bytes, (ull)tb->stride);
@@ -385,18 +393,13 @@ __global__ void __launch_bounds__(256) k_wr_end(const __grid_constant__ wr_args 
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    /* a fresh meta for every position the call may have used, and the next miss-set epoch */
-    g->meta_seq += (uint32_t)(C.offsets ? C.offsets[V.n_tables] + 1u : 1u) * EMC__META_STEP;
+    /* the next miss-set epoch */
     if (C.epoch) {
       uint32_t e = *C.epoch + 1u;
       *C.epoch = e ? e : 1u;
     }
     if (g->aging || g->pass_active) g->aged_at = g->clock;
-    /* rows written to the store by this call are complete before readers trust them */
-    __threadfence_system();
-    if (g->wrote_back) g->wb_epoch++;
-    __threadfence();
-    atomicExch(&g->lock, 0u);
+    atomicExch(&g->writer_in, 0u);
   }
 }
 
@@ -408,26 +411,26 @@ static wr_args args_of(const emc__cuda_cache *k, const dcall *C) {
   return A;
 }
 
-cudaError_t emc__cu_wr_lock(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
-  k_wr_lock<<<1, 1, 0, st>>>(args_of(k, C));
-  return cudaGetLastError();
+cudaError_t emc__cu_wr_begin(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
+  EMC_LAUNCH_OR_RETURN(k_wr_begin, 1, 1, st, args_of(k, C));
+  return cudaSuccess;
 }
 
 cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
-  k_wr_demand<<<1, EMC_WR_THREADS, 0, st>>>(args_of(k, C));
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_wr_demand, 1, EMC_WR_THREADS, st, args_of(k, C));
+  return cudaSuccess;
 }
 
 cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
   wr_args A = args_of(k, C);
-  k_plan<<<1, EMC_WR_THREADS, 0, st>>>(A);
-  k_page_init<<<64, 256, 0, st>>>(A);
-  k_admit_fill<<<grid_for(C->n * 32, 256), 256, 0, st>>>(A);
-  k_admit_publish<<<grid_for(C->n, 256), 256, 0, st>>>(A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_plan, 1, EMC_WR_THREADS, st, A);
+  EMC_LAUNCH_OR_RETURN(k_page_init, 64, 256, st, A);
+  EMC_LAUNCH_OR_RETURN(k_admit_fill, grid_for(C->n * 32, 256), 256, st, A);
+  EMC_LAUNCH_OR_RETURN(k_admit_publish, grid_for(C->n, 256), 256, st, A);
+  return cudaSuccess;
 }
 
 cudaError_t emc__cu_wr_end(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
-  k_wr_end<<<1, 256, 0, st>>>(args_of(k, C));
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_wr_end, 1, 256, st, args_of(k, C));
+  return cudaSuccess;
 }

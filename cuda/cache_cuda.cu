@@ -20,13 +20,29 @@
  *   after the event of the call it serves; writer calls run one after another there, beside
  *   the readers (the reader protocol of emc_item.h keeps reads valid). A lookup's writer call is
  *   one graph launch (captured once per scratch slot). Under stream capture by the caller, the
- *   writer call is captured on the caller's stream instead, and a device-side lock orders it
- *   with the writer stream's calls when the graph is replayed.
+ *   writer call is captured on the caller's stream instead (a section of the caller's graph).
+ *   No kernel waits for another (defect 3 of the pre-flight review: a device lock spun across
+ *   streams); writer sections are ordered by events alone:
+ *     wr_tail   recorded on the writer stream after each writer section there
+ *     cap_tail  recorded, as an external event node of the caller's graph, after each captured
+ *               section: a launch of that graph records it there
+ *     writer stream    a section waits for cap_tail (once any section was ever captured)
+ *     captured section the first of a capture waits, as external event nodes, for wr_tail and
+ *               cap_tail (both sampled when the caller launches the graph); later sections of
+ *               the same capture wait for the previous one (caps[]: an internal edge, which
+ *               orders sections on different branches of the caller's graph too)
+ *   The events are sampled when a call is enqueued or a graph launched, so the order is the
+ *   host's order of those: a graph holding calls of a cache is launched by no thread while
+ *   another is inside a call of that cache (include/embcache.h, "CUDA backend"). k_wr_begin
+ *   counts sections that found another one open (dglob.overlaps): emc_flush reports them, the
+ *   white-box check fails on them.
  *   Scratch: a pool of up to EMC_SLOTS_MAX slots, each used by one call and its writer call;
  *   when all are in flight, the next call waits on the host for the oldest one's writer call
  *   (back-pressure when the host runs that many calls ahead of the device). A
  *   captured call gets a slot of its own that its graph keeps (replays of one graph are
- *   ordered by CUDA; the slot's miss-set epoch lives in device memory and moves on each time).
+ *   ordered by CUDA; the slot's miss-set epoch lives in device memory and moves on each time)
+ *   through a user object: once the caller destroys the graph and its last launch is done, the
+ *   next call of the cache frees the slot (defect 15: captured slots were kept until destroy).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +73,7 @@ emc_status emc__cuda_fail(cudaError_t e, const char *what) {
 
 const dview *emc__cuda_view(const emc__cuda_cache *k) { return &k->V; }
 uint8_t *emc__cuda_repack_marks(const emc__cuda_cache *k) { return k->repack_marks; }
+uint64_t *emc__cuda_repack_scratch(const emc__cuda_cache *k) { return k->repack_scratch; }
 const dtab *emc__cuda_tab_host(const emc__cuda_cache *k, uint32_t t) { return &k->tabs_host[t]; }
 
 extern "C" int emc__cuda_available(int device) {
@@ -183,11 +200,60 @@ cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream
   return e;
 }
 
+/* A lookup's writer call. A stage that fails to enqueue after begin still gets its end when
+ * that can be enqueued (defect 4: the section is closed). A half-made admission publishes no
+ * entry, so no row is lost or served wrong; a launch failure between plan and page init can
+ * leave a table's new current page with a stale free bitmap (launch failures are sticky
+ * device errors in practice: the cache then refuses every call anyway). */
 static cudaError_t writer_call(emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
-  cudaError_t e = emc__cu_wr_lock(k, C, st);
-  if (e == cudaSuccess) e = emc__cuda_writer_body(k, C, st);
-  if (e == cudaSuccess) e = emc__cu_wr_end(k, C, st);
-  return e;
+  cudaError_t e = emc__cu_wr_begin(k, C, st);
+  if (e != cudaSuccess) return e;
+  e = emc__cuda_writer_body(k, C, st);
+  if (e != cudaSuccess) {
+    (void)emc__cu_wr_end(k, C, st);
+    return e;
+  }
+  return emc__cu_wr_end(k, C, st);
+}
+
+/* ---------------------------------------------------------------- writer sections */
+cudaError_t emc__cuda_section_open(emc__cuda_cache *k, cudaStream_t ws, int capturing) {
+  cudaStreamCaptureStatus cs;
+  unsigned long long id = 0;
+  cudaError_t e;
+  uint32_t i;
+  if (!capturing)
+    return k->n_cap_sections ? cudaStreamWaitEvent(ws, k->cap_tail, 0) : cudaSuccess;
+  if ((e = cudaStreamGetCaptureInfo(ws, &cs, &id)) != cudaSuccess) return e;
+  for (i = 0; i < EMC_CAPTURES; i++)
+    if (k->caps[i].id == id) return cudaStreamWaitEvent(ws, k->caps[i].last, 0);
+  /* the capture's first section: after what the writer stream and earlier graphs enqueued
+   * before this graph's launch */
+  if ((e = cudaStreamWaitEvent(ws, k->wr_tail, cudaEventWaitExternal)) != cudaSuccess) return e;
+  return cudaStreamWaitEvent(ws, k->cap_tail, cudaEventWaitExternal);
+}
+
+cudaError_t emc__cuda_section_close(emc__cuda_cache *k, cudaStream_t ws, int capturing) {
+  cudaStreamCaptureStatus cs;
+  unsigned long long id = 0;
+  cudaError_t e;
+  uint32_t i;
+  if (!capturing) return cudaEventRecord(k->wr_tail, ws);
+  if ((e = cudaStreamGetCaptureInfo(ws, &cs, &id)) != cudaSuccess) return e;
+  for (i = 0; i < EMC_CAPTURES && k->caps[i].id != id; i++) {
+  }
+  if (i == EMC_CAPTURES) { /* a new capture's chain: the oldest entry goes */
+    i = k->cap_next;
+    k->cap_next = (k->cap_next + 1) % EMC_CAPTURES;
+    k->caps[i].id = id;
+  }
+  /* cap_tail's record node first, then the chain's event: the capture's next section waits for
+   * this record node too, so all of a graph's cap_tail records lie on one dependency chain
+   * (which of several records of one event a later wait resolves to, CUDA does not say) */
+  if ((e = cudaEventRecordWithFlags(k->cap_tail, ws, cudaEventRecordExternal)) != cudaSuccess) return e;
+  if ((e = cudaEventRecord(k->caps[i].last, ws)) != cudaSuccess) return e;
+  k->n_cap_sections++;
+  return cudaSuccess;
 }
 
 /* Capture the slot's writer call into a graph (on the private stream, which is idle). A slot
@@ -245,7 +311,7 @@ static emc_status grow_slot(emc__cuda_cache *k, emc__scratch *S, uint64_t n, siz
     e = cudaMemsetAsync(mem, 0, total, k->priv); /* need[] zero, miss set empty (epoch 0) */
   }
   if (e == cudaSuccess) e = cudaMemcpyAsync(S->C.epoch, &one, 4, cudaMemcpyHostToDevice, k->priv);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);
+  if (e == cudaSuccess) e = emc__cuda_wait_stream(k, k->priv);
   if (e == cudaSuccess) capture_graph(k, S);
   cudaThreadExchangeStreamCaptureMode(&mode);
   if (e != cudaSuccess) {
@@ -273,43 +339,116 @@ static void free_slot(emc__scratch *S) {
   if (S->done) cudaEventDestroy(S->done);
 }
 
+/* The same while a capture may be under way in this thread or another: in relaxed capture
+ * mode, the device memory freed in stream order on the private stream (no device-wide wait). */
+static void free_slot_relaxed(emc__cuda_cache *k, emc__scratch *S) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (S->mem && cudaFreeAsync(S->mem, k->priv) == cudaSuccess) S->mem = NULL;
+  free_slot(S);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  (void)cudaGetLastError();
+}
+
+/* The user object of a captured slot's graph: no CUDA call may be made here (CUDA's rule for
+ * user object destructors); the cache frees the slot at its next call. */
+static void captured_released(void *p) {
+  struct cap_ticket *t = (struct cap_ticket *)p;
+  __atomic_store_n(&t->released, 1, __ATOMIC_RELEASE);
+  if (__atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) free(t);
+}
+
+/* Callers reap only outside capture of their stream; another thread may be capturing (in
+ * global mode, which forbids the unsafe calls): free_slot_relaxed. */
+uint32_t emc__cuda_reap_captured(emc__cuda_cache *k) {
+  uint32_t i = 0;
+  while (i < k->n_captured) {
+    emc__scratch *S = k->captured[i];
+    if (!__atomic_load_n(&S->ticket->released, __ATOMIC_ACQUIRE)) {
+      i++;
+      continue;
+    }
+    free_slot_relaxed(k, S); /* the graph and its launches are gone: nothing uses the slot */
+    if (__atomic_sub_fetch(&S->ticket->refs, 1, __ATOMIC_ACQ_REL) == 0) free(S->ticket);
+    free(S);
+    k->captured[i] = k->captured[--k->n_captured];
+  }
+  return k->n_captured;
+}
+
+/* A slot of its own for a call captured on st: the capture's graph holds it through a user
+ * object (its destruction, after the graph's last launch, releases it). */
+static emc_status captured_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, size_t gbytes,
+                                cudaStream_t st, emc__scratch **out) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaStreamCaptureStatus cs;
+  cudaGraph_t graph = NULL;
+  cudaUserObject_t uo = NULL;
+  emc__scratch **more, *S;
+  struct cap_ticket *t;
+  emc_status s2;
+  cudaError_t e;
+  more = (emc__scratch **)realloc(k->captured, (k->n_captured + 1) * sizeof *more);
+  if (!more) return EMC_FAIL(EMC_ENOMEM, "captured scratch slot");
+  k->captured = more;
+  S = (emc__scratch *)emc__calloc(1, sizeof *S);
+  t = (struct cap_ticket *)emc__calloc(1, sizeof *t);
+  if (!S || !t) {
+    free(S);
+    free(t);
+    return EMC_FAIL(EMC_ENOMEM, "captured scratch slot");
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  s2 = new_slot(k, S);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (s2 == EMC_OK) {
+    S->captured = 1;
+    s2 = grow_slot(k, S, n, bytes, gbytes);
+  }
+  if (s2 == EMC_OK) {
+    t->refs = 2;
+    e = cudaStreamGetCaptureInfo(st, &cs, NULL, &graph);
+    if (e == cudaSuccess) e = cudaUserObjectCreate(&uo, t, captured_released, 1, cudaUserObjectNoDestructorSync);
+    if (e == cudaSuccess) {
+      e = cudaGraphRetainUserObject(graph, uo, 1, cudaGraphUserObjectMove);
+      if (e != cudaSuccess) { /* releasing our reference runs the destructor: it frees t */
+        t->refs = 1;
+        cudaUserObjectRelease(uo, 1);
+        uo = NULL;
+        t = NULL;
+      }
+    }
+    if (e != cudaSuccess) s2 = emc__cuda_fail(e, "tying a captured scratch slot to the caller's graph");
+  }
+  if (s2 != EMC_OK) {
+    free_slot_relaxed(k, S); /* (the caller's stream is capturing) */
+    free(S);
+    if (t && uo == NULL) free(t);
+    return s2;
+  }
+  S->ticket = t;
+  k->captured[k->n_captured++] = S;
+  *out = S;
+  return EMC_OK;
+}
+
 /* A slot for a call of n positions and `bytes` row bytes, ready in st's order. A call being
- * captured into the caller's graph gets a slot of its own, which the graph keeps (freed with
- * the cache). Caller holds k->lock. */
+ * captured into the caller's graph gets a slot of its own (captured_slot). Caller holds
+ * k->lock. */
 emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, size_t gbytes,
                                   cudaStream_t st, int captured, emc__scratch **out) {
   emc__scratch *S = NULL;
   uint32_t i;
-  if (captured) {
-    emc__scratch *more = (emc__scratch *)realloc(k->captured, (k->n_captured + 1) * sizeof *more);
-    if (!more) return EMC_FAIL(EMC_ENOMEM, "captured scratch slot");
-    k->captured = more;
-    S = &k->captured[k->n_captured];
-    {
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      emc_status s2;
-      cudaThreadExchangeStreamCaptureMode(&mode);
-      s2 = new_slot(k, S);
-      cudaThreadExchangeStreamCaptureMode(&mode);
-      if (s2 != EMC_OK) {
-        free_slot(S);
-        return s2;
-      }
-    }
-    k->n_captured++;
-    S->captured = 1;
-    EMC_TRY(grow_slot(k, S, n, bytes, gbytes));
-    *out = S;
-    return EMC_OK;
-  }
+  if (captured) return captured_slot(k, n, bytes, gbytes, st, out);
+  if (k->n_captured) emc__cuda_reap_captured(k);
   for (i = 0; i < k->n_slots && !S; i++) { /* a finished slot, big enough */
     emc__scratch *x = &k->slots[i];
-    if (x->used && cudaEventQuery(x->done) != cudaSuccess) continue;
+    if (x->broken || (x->used && cudaEventQuery(x->done) != cudaSuccess)) continue;
     if (x->C.n >= n && x->cap_bytes >= bytes && x->cap_gbytes >= gbytes) S = x;
   }
   for (i = 0; i < k->n_slots && !S; i++) { /* a finished one to grow */
     emc__scratch *x = &k->slots[i];
-    if (!x->used || cudaEventQuery(x->done) == cudaSuccess) S = x;
+    if (!x->broken && (!x->used || cudaEventQuery(x->done) == cudaSuccess)) S = x;
   }
   (void)cudaGetLastError(); /* cudaErrorNotReady from the queries */
   if (!S && k->n_slots < EMC_SLOTS_MAX) { /* a new one */
@@ -326,14 +465,33 @@ emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, 
     /* every slot in flight (the host ran EMC_SLOTS_MAX calls ahead of the device): this call
      * waits, on the host, for the oldest one's writer call. A device-side wait would not do:
      * the host refills the slot's pinned buffer, which that call's copies may still read. */
+    for (i = 0; i < EMC_SLOTS_MAX && k->slots[k->next_wait].broken; i++)
+      k->next_wait = (k->next_wait + 1) % EMC_SLOTS_MAX;
+    if (i == EMC_SLOTS_MAX) return EMC_FAIL(EMC_ECUDA, "every scratch slot was retired by failed calls");
     S = &k->slots[k->next_wait];
     k->next_wait = (k->next_wait + 1) % EMC_SLOTS_MAX;
+    __atomic_fetch_add(&k->n_host_syncs, 1, __ATOMIC_RELAXED);
     CU(cudaEventSynchronize(S->done));
   }
   if (S->C.n < n || S->cap_bytes < bytes || S->cap_gbytes < gbytes || !S->mem)
     EMC_TRY(grow_slot(k, S, n, bytes, gbytes));
   *out = S;
   return EMC_OK;
+}
+
+void emc__cuda_slot_failed(emc__cuda_cache *k, emc__scratch *S, cudaStream_t st) {
+  cudaError_t e;
+  if (!S || S->captured) return;
+  e = cudaEventRecord(S->looked, st);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(k->writer, S->looked, 0);
+  if (e == cudaSuccess) e = cudaEventRecord(S->done, k->writer);
+  if (e == cudaSuccess) {
+    S->used = 1;
+    S->C.n = 0; /* grow_slot makes it afresh, after `done` */
+  } else {
+    S->broken = 1;
+    (void)cudaGetLastError();
+  }
 }
 
 /* ================================================================= create / destroy */
@@ -349,6 +507,8 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   size_t free_b = 0, total_b = 0, need_b, kb = c->codec.key_bits == 32 ? 4 : 8, per_page = 0;
   uint64_t slots;
   dglob g0;
+  int caller_dev = c->cfg.device;
+  if (cudaGetDevice(&caller_dev) != cudaSuccess) (void)cudaGetLastError();
   if (!(k = (emc__cuda_cache *)emc__calloc(1, sizeof *k))) return EMC_FAIL(EMC_ENOMEM, "cuda cache");
   c->cuda = k;
   k->n_tables = n;
@@ -376,6 +536,9 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   if ((st = emc__pool_geometry(c, &geo, layout)) != EMC_OK) goto out;
   CUG(cudaStreamCreateWithFlags(&k->priv, cudaStreamNonBlocking));
   CUG(cudaStreamCreateWithFlags(&k->writer, cudaStreamNonBlocking));
+  CUG(cudaEventCreateWithFlags(&k->wr_tail, cudaEventDisableTiming));
+  CUG(cudaEventCreateWithFlags(&k->cap_tail, cudaEventDisableTiming));
+  for (t = 0; t < EMC_CAPTURES; t++) CUG(cudaEventCreateWithFlags(&k->caps[t].last, cudaEventDisableTiming));
 
   k->V.n_tables = n;
   k->V.key_bits = c->codec.key_bits;
@@ -463,6 +626,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   CUG(emc__cu_malloc((void **)&k->V.hist, EMC_HIST * sizeof(ull)));
   CUG(emc__cu_malloc((void **)&k->V.wb_cells, EMC_WB_CELLS * 4));
   CUG(emc__cu_malloc((void **)&k->repack_marks, EMC_REPACK_STEP));
+  CUG(emc__cu_malloc((void **)&k->repack_scratch, EMC_REPACK_SCRATCH_BYTES));
   /* prefetch pins: prefetch_depth + 1 lists, grown to a batch's size by its first prefetch */
   k->V.n_lists = c->cfg.prefetch_depth + 1;
   k->V.ring_cap = 0;
@@ -488,23 +652,38 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
 out:
   free(layout);
   if (st != EMC_OK) emc__cuda_destroy(c);
+  if (cudaSetDevice(caller_dev) != cudaSuccess) (void)cudaGetLastError(); /* the caller's device */
   return st;
 }
 
 extern "C" void emc__cuda_destroy(emc_cache *c) {
   emc__cuda_cache *k = c->cuda;
   uint32_t i;
+  int caller_dev = -1;
   if (!k) return;
+  if (cudaGetDevice(&caller_dev) != cudaSuccess) caller_dev = -1;
   cudaSetDevice(k->device);
   if (k->writer) cudaStreamSynchronize(k->writer);
   if (k->priv) cudaStreamSynchronize(k->priv);
+  if (k->cap_tail) cudaEventSynchronize(k->cap_tail); /* the last launched graph's sections */
   cudaDeviceSynchronize(); /* every stream this cache used has finished with its memory */
   if (k->prof) emc__cuda_prof_print(k);
   for (i = 0; i < 2 * PROF_N; i++)
     if (k->pev[i]) cudaEventDestroy(k->pev[i]);
   for (i = 0; i < k->n_slots; i++) free_slot(&k->slots[i]);
-  for (i = 0; i < k->n_captured; i++) free_slot(&k->captured[i]);
+  /* captured slots: the caller destroys its graphs before the cache (embcache.h); a graph
+   * still alive keeps only its ticket, which its user object frees */
+  for (i = 0; i < k->n_captured; i++) {
+    emc__scratch *S = k->captured[i];
+    free_slot(S);
+    if (__atomic_sub_fetch(&S->ticket->refs, 1, __ATOMIC_ACQ_REL) == 0) free(S->ticket);
+    free(S);
+  }
   free(k->captured);
+  if (k->wr_tail) cudaEventDestroy(k->wr_tail);
+  if (k->cap_tail) cudaEventDestroy(k->cap_tail);
+  for (i = 0; i < EMC_CAPTURES; i++)
+    if (k->caps[i].last) cudaEventDestroy(k->caps[i].last);
   cudaFree(k->V.ix.keys);
   cudaFree(k->V.ix.lm);
   cudaFree(k->V.ix.stamps);
@@ -518,6 +697,7 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   cudaFree(k->V.hist);
   cudaFree(k->V.wb_cells);
   cudaFree(k->repack_marks);
+  cudaFree(k->repack_scratch);
   cudaFree(k->V.ring_keys);
   cudaFree(k->V.ring_n);
   if (k->map_claim)
@@ -534,39 +714,70 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   free(k->tabs_host);
   free(k);
   c->cuda = NULL;
+  if (caller_dev >= 0 && cudaSetDevice(caller_dev) != cudaSuccess) (void)cudaGetLastError();
 }
 
 /* ================================================================= call arguments */
-/* Remembered per address for the EMC_PTR_CACHE most recent pointers (a caller passes the same
- * buffers every call). */
-int emc__cuda_device_accessible(emc__cuda_cache *k, const void *p) {
+/* The answer is remembered only for device memory of this device, for the EMC_PTR_CACHE most
+ * recent pointers (a caller passes the same buffers every call): a device address never comes
+ * back as host memory, but a freed pinned buffer's address may come back as pageable memory,
+ * which a kernel must not read (defect 14 of the pre-flight review: the cache was keyed by
+ * address alone, whatever the answer). */
+int emc__cuda_space(emc__cuda_cache *k, const void *p) {
   cudaPointerAttributes a;
   uint32_t i;
-  int dev;
-  if (!p) return 0;
+  int sp;
+  if (!p) return EMC_SPACE_PAGEABLE;
   for (i = 0; i < EMC_PTR_CACHE; i++)
-    if (k->pcache[i].p == p) return k->pcache[i].dev;
+    if (k->pcache[i] == p) return EMC_SPACE_DEVICE;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();
-    dev = 0;
-  } else {
-    dev = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ||
-          (a.type == cudaMemoryTypeHost && a.devicePointer == p);
+    return EMC_SPACE_PAGEABLE;
   }
-  k->pcache[k->pc_next].p = p;
-  k->pcache[k->pc_next].dev = dev;
-  k->pc_next = (k->pc_next + 1) % EMC_PTR_CACHE;
-  return dev;
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged)
+    sp = a.device == k->device || a.type == cudaMemoryTypeManaged ? EMC_SPACE_DEVICE : EMC_SPACE_OTHER;
+  else if (a.type == cudaMemoryTypeHost && a.devicePointer == p)
+    sp = EMC_SPACE_MAPPED;
+  else
+    sp = EMC_SPACE_PAGEABLE;
+  if (sp == EMC_SPACE_DEVICE) {
+    k->pcache[k->pc_next] = p;
+    k->pc_next = (k->pc_next + 1) % EMC_PTR_CACHE;
+  }
+  return sp;
+}
+
+int emc__cuda_device_accessible(emc__cuda_cache *k, const void *p) {
+  int sp = emc__cuda_space(k, p);
+  return sp == EMC_SPACE_DEVICE || sp == EMC_SPACE_MAPPED;
+}
+
+emc_status emc__cuda_check_space(emc__cuda_cache *k, const void *p, const char *name) {
+  if (p && emc__cuda_space(k, p) == EMC_SPACE_OTHER)
+    return EMC_FAIL(EMC_EINVAL, "%s is memory of another device than the cache's (device %d); "
+                    "buffers must be on the cache's device, in pinned host memory or in host memory",
+                    name, k->device);
+  return EMC_OK;
 }
 
 emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 const void *buf, const char *buf_name, cudaStream_t st,
                                 const uint64_t **offs, uint64_t *n, size_t *bytes) {
   emc__cuda_cache *k = c->cuda;
+  int sp;
   if (!offsets) return EMC_FAIL(EMC_EINVAL, "offsets is NULL");
-  if (emc__cuda_device_accessible(k, offsets)) {
+  sp = emc__cuda_space(k, offsets);
+  if (sp == EMC_SPACE_OTHER) return emc__cuda_check_space(k, offsets, "offsets");
+  /* only device memory is copied back (one wait); host memory, pinned or not, is read as it
+   * is (pinned offsets used to be copied and waited for like device ones: defect 7) */
+  if (sp == EMC_SPACE_DEVICE) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CU(cudaStreamIsCapturing(st, &cs));
+    if (cs != cudaStreamCaptureStatusNone)
+      return EMC_FAIL(EMC_EINVAL, "offsets in device memory under stream capture: the call needs them "
+                      "on the host (pass host or pinned offsets)");
     CU(cudaMemcpyAsync(k->offs_host, offsets, ((size_t)k->n_tables + 1) * 8, cudaMemcpyDefault, st));
-    CU(cudaStreamSynchronize(st));
+    CU(emc__cuda_wait_stream(k, st));
     offsets = k->offs_host;
   }
   EMC_TRY(emc__check_offsets(c->store, offsets, n, bytes));
@@ -575,19 +786,32 @@ emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_
   if (*n > 0 && !ids) return EMC_FAIL(EMC_EINVAL, "ids is NULL with %llu ids", (unsigned long long)*n);
   if (buf_name && *bytes > 0 && !buf)
     return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, *bytes);
+  EMC_TRY(emc__cuda_check_space(k, ids, "ids"));
+  if (buf_name) EMC_TRY(emc__cuda_check_space(k, buf, buf_name));
   *offs = offsets;
   return EMC_OK;
 }
 
 emc_status emc__cuda_enter(emc__cuda_cache *k) {
   cudaError_t e;
+  int cur = k->device;
   pthread_mutex_lock(&k->lock);
-  e = cudaSetDevice(k->device);
+  if ((e = cudaGetDevice(&cur)) == cudaSuccess && cur != k->device) e = cudaSetDevice(k->device);
   if (e != cudaSuccess) {
     pthread_mutex_unlock(&k->lock);
     return emc__cuda_fail(e, "cudaSetDevice");
   }
+  k->caller_device = cur;
   return EMC_OK;
+}
+
+/* The caller's device back (calls used to leave the cache's device current: defect 11). */
+void emc__cuda_leave(emc__cuda_cache *k) {
+  if (k->caller_device != k->device) {
+    cudaError_t e = cudaSetDevice(k->caller_device);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+  }
+  pthread_mutex_unlock(&k->lock);
 }
 
 /* ================================================================= lookup */
@@ -609,12 +833,29 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   if ((status = emc__cuda_enter(k)) != EMC_OK) return status;
   if ((status = emc__cuda_batch_args(c, ids, offsets, out, "out", st, &offs, &n, &bytes)) != EMC_OK || n == 0)
     goto done;
+  if (where && (status = emc__cuda_check_space(k, where, "where")) != EMC_OK) goto done;
   ids_dev = emc__cuda_device_accessible(k, ids);
   out_dev = emc__cuda_device_accessible(k, out);
   where_dev = where && emc__cuda_device_accessible(k, where);
+  if (out_dev && ((uintptr_t)out & 1u)) { /* rows move in units of 2 bytes or more (defect 12) */
+    status = EMC_FAIL(EMC_EINVAL, "out %p in device memory is not 2-byte aligned", out);
+    goto done;
+  }
   if (!ids_dev && (status = emc__check_dense_ids(c->store, ids, offs)) != EMC_OK) goto done;
   if ((e = cudaStreamIsCapturing(st, &cs)) != cudaSuccess) goto cuda;
+  if (cs == cudaStreamCaptureStatusInvalidated) { /* nothing enqueued there would ever run */
+    status = EMC_FAIL(EMC_ECUDA, "the stream's capture was invalidated by an earlier call; end it");
+    goto done;
+  }
   capturing = cs == cudaStreamCaptureStatusActive;
+  /* a graph cannot hold a copy to or from pageable memory, nor the wait this call would make
+   * for one (that wait used to invalidate the caller's capture: defect 8) */
+  if (capturing && (!ids_dev || !out_dev || (where && !where_dev))) {
+    status = EMC_FAIL(EMC_EINVAL, "a captured emc_lookup takes ids, out and where in device memory "
+                      "or pinned host memory (%s is in pageable host memory)",
+                      !ids_dev ? "ids" : !out_dev ? "out" : "where");
+    goto done;
+  }
   if ((status = emc__cuda_acquire_slot(k, n, bytes, 0, st, capturing, &S)) != EMC_OK) goto done;
   ids_d = ids;
   if (!ids_dev) {
@@ -633,31 +874,41 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   if (where && !where_dev && (e = cudaMemcpyAsync(where, where_d, n, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
     goto cuda;
   /* the writer call that admits the misses: on the writer stream, after this lookup */
-  if (capturing) { /* the caller's graph runs the writer call too (the device lock orders it) */
-    if ((e = writer_call(k, &S->C, st)) != cudaSuccess) goto cuda;
+  if (capturing) { /* the caller's graph runs the writer call too, as a section of its own */
+    if ((e = emc__cuda_section_open(k, st, 1)) != cudaSuccess) goto cuda;
+    if ((e = writer_call(k, &S->C, st)) != cudaSuccess) {
+      (void)emc__cuda_section_close(k, st, 1);
+      goto cuda;
+    }
+    if ((e = emc__cuda_section_close(k, st, 1)) != cudaSuccess) goto cuda;
   } else {
     if ((e = cudaEventRecord(S->looked, st)) != cudaSuccess) goto cuda;
     if ((e = cudaStreamWaitEvent(k->writer, S->looked, 0)) != cudaSuccess) goto cuda;
+    if ((e = emc__cuda_section_open(k, k->writer, 0)) != cudaSuccess) goto cuda;
     emc__cuda_prof_mark(k, PROF_WRITER, 0, k->writer);
     e = S->graph ? cudaGraphLaunch(S->graph, k->writer) : writer_call(k, &S->C, k->writer);
-    if (e != cudaSuccess) goto cuda;
+    if (e != cudaSuccess) {
+      (void)emc__cuda_section_close(k, k->writer, 0);
+      goto cuda;
+    }
     emc__cuda_prof_mark(k, PROF_WRITER, 1, k->writer);
+    if ((e = emc__cuda_section_close(k, k->writer, 0)) != cudaSuccess) goto cuda;
     if ((e = cudaEventRecord(S->done, k->writer)) != cudaSuccess) goto cuda;
     S->used = 1;
   }
-  pthread_mutex_unlock(&k->lock);
-  if (wait && (e = cudaStreamSynchronize(st)) != cudaSuccess)
+  emc__cuda_leave(k);
+  if (wait && (e = emc__cuda_wait_stream(k, st)) != cudaSuccess)
     return emc__cuda_fail(e, "cudaStreamSynchronize(lookup)");
   if (k->prof && !capturing) emc__cuda_prof_collect(k);
   __atomic_fetch_add(&k->n_lookups, n, __ATOMIC_RELAXED);
   return EMC_OK;
 cuda:
   status = emc__cuda_fail(e, "enqueueing a lookup");
-  /* the slot may hold this call's misses with no writer call to consume them: its buffers are
-   * made afresh (zeroed) before it serves again */
-  if (S && !S->captured) S->C.n = 0;
+  /* the slot may hold this call's misses with no writer call to consume them, and work in
+   * flight: it serves again after that work, made afresh */
+  emc__cuda_slot_failed(k, S, st);
 done:
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   return status;
 }
 
@@ -683,9 +934,9 @@ static emc_status flush_reports(emc_cache *c) {
   }
   e = cudaMemcpyAsync(&g, k->V.g, sizeof g, cudaMemcpyDeviceToHost, k->priv);
   if (e == cudaSuccess) e = cudaMemcpyAsync(ts, k->V.ts, k->n_tables * sizeof *ts, cudaMemcpyDeviceToHost, k->priv);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);
+  if (e == cudaSuccess) e = emc__cuda_wait_stream(k, k->priv);
   if (e != cudaSuccess) {
-    pthread_mutex_unlock(&k->lock);
+    emc__cuda_leave(k);
     free(ts);
     return emc__cuda_fail(e, "reading counters");
   }
@@ -715,6 +966,15 @@ static emc_status flush_reports(emc_cache *c) {
     k->errs_seen = errs;
     cudaMemsetAsync(&k->V.g->err_code, 0, sizeof(uint32_t), k->writer);
   }
+  if (g.overlaps != k->overlaps_seen) { /* writer sections ran at once: rows may be wrong */
+    snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
+             "%s%llu writer sections of this cache began while another was open since the last "
+             "report (a graph holding calls of this cache launched while another thread was "
+             "inside a call of it?): cached rows may be wrong", detail[0] ? "; " : "",
+             g.overlaps - k->overlaps_seen);
+    status = EMC_ECUDA;
+    k->overlaps_seen = g.overlaps;
+  }
   if (shortfall != k->short_seen) {
     snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
              "%s%llu prefetched rows did not fit the pin budget (t2 * capacity) since the last "
@@ -722,7 +982,7 @@ static emc_status flush_reports(emc_cache *c) {
     if (status == EMC_OK) status = EMC_ECAPACITY;
     k->short_seen = shortfall;
   }
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   if (status != EMC_OK) return EMC_FAIL(status, "%s", detail);
   return EMC_OK;
 }
@@ -730,26 +990,44 @@ static emc_status flush_reports(emc_cache *c) {
 extern "C" emc_status emc__cuda_flush(emc_cache *c, void *stream) {
   emc__cuda_cache *k = c->cuda;
   cudaStream_t st = (cudaStream_t)stream;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   emc_status status;
   cudaEvent_t ev = NULL;
   dcall C;
   cudaError_t e;
+  int opened = 0, begun = 0;
   memset(&C, 0, sizeof C);
   if ((status = emc__cuda_enter(k)) != EMC_OK) return status;
-  if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess ||
-      (e = cudaEventRecord(ev, st)) != cudaSuccess ||
-      (e = cudaStreamWaitEvent(k->writer, ev, 0)) != cudaSuccess ||
-      (e = emc__cu_wr_lock(k, &C, k->writer)) != cudaSuccess ||
-      (e = emc__cu_flush(k, k->writer)) != cudaSuccess ||
-      (e = emc__cu_wr_end(k, &C, k->writer)) != cudaSuccess ||
-      (e = cudaEventRecord(ev, k->writer)) != cudaSuccess ||
-      (e = cudaStreamWaitEvent(st, ev, 0)) != cudaSuccess) {
-    pthread_mutex_unlock(&k->lock);
+  /* it waits for the device: not capturable (the writer stream would join the capture) */
+  if ((e = cudaStreamIsCapturing(st, &cs)) == cudaSuccess && cs != cudaStreamCaptureStatusNone) {
+    emc__cuda_leave(k);
+    return EMC_FAIL(EMC_EINVAL, "emc_flush waits for the device: it cannot be called on a stream "
+                    "being captured");
+  }
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(ev, st);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(k->writer, ev, 0);
+  if (e == cudaSuccess && (e = emc__cuda_section_open(k, k->writer, 0)) == cudaSuccess) opened = 1;
+  if (e == cudaSuccess && (e = emc__cu_wr_begin(k, &C, k->writer)) == cudaSuccess) begun = 1;
+  if (e == cudaSuccess) e = emc__cu_flush(k, k->writer);
+  /* a section begun is ended, and one opened is closed, whatever failed (defect 4) */
+  if (begun) {
+    cudaError_t e2 = emc__cu_wr_end(k, &C, k->writer);
+    if (e == cudaSuccess) e = e2;
+  }
+  if (opened) {
+    cudaError_t e2 = emc__cuda_section_close(k, k->writer, 0);
+    if (e == cudaSuccess) e = e2;
+  }
+  if (e == cudaSuccess) e = cudaEventRecord(ev, k->writer);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(st, ev, 0);
+  if (e != cudaSuccess) {
+    emc__cuda_leave(k);
     if (ev) cudaEventDestroy(ev);
     return emc__cuda_fail(e, "enqueueing a flush");
   }
-  pthread_mutex_unlock(&k->lock);
-  e = cudaStreamSynchronize(st);
+  emc__cuda_leave(k);
+  e = emc__cuda_wait_stream(k, st);
   cudaEventDestroy(ev);
   if (e != cudaSuccess) return emc__cuda_fail(e, "cudaStreamSynchronize(flush)");
   return flush_reports(c);
@@ -761,10 +1039,17 @@ extern "C" emc_status emc__cuda_stats(const emc_cache *c, emc_stats *o) {
   dglob g;
   cudaError_t e;
   memset(o, 0, sizeof *o);
-  /* a private non-blocking stream: the lookup and writer streams are not stalled */
+  /* its own waits are not counted in host_syncs (two readings differ by what the calls
+   * between them waited) */
+  /* a private non-blocking stream, under the cache's lock (slot growth captures a graph on
+   * it: defect 9): the lookup and writer streams are not stalled */
+  EMC_TRY(emc__cuda_enter(k));
   e = cudaMemcpyAsync(&g, k->V.g, sizeof g, cudaMemcpyDeviceToHost, k->priv);
   if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);
-  if (e != cudaSuccess) return emc__cuda_fail(e, "reading device counters");
+  if (e != cudaSuccess) {
+    emc__cuda_leave(k);
+    return emc__cuda_fail(e, "reading device counters");
+  }
   o->lookups = __atomic_load_n(&k->n_lookups, __ATOMIC_RELAXED);
   o->hits = g.hits;
   o->misses = g.misses;
@@ -787,29 +1072,38 @@ extern "C" emc_status emc__cuda_stats(const emc_cache *c, emc_stats *o) {
   o->pinned_bytes = g.pinned_bytes;
   o->pin_shortfall = g.pin_shortfall;
   o->gradient_rows = g.grad_rows;
+  o->host_syncs = __atomic_load_n(&k->n_host_syncs, __ATOMIC_RELAXED);
   {
     uint64_t rc = 0;
     uint32_t t;
     tstate *ts = (tstate *)emc__malloc(k->n_tables * sizeof *ts);
-    if (!ts) return EMC_FAIL(EMC_ENOMEM, "stats scratch");
+    if (!ts) {
+      emc__cuda_leave(k);
+      return EMC_FAIL(EMC_ENOMEM, "stats scratch");
+    }
     e = cudaMemcpyAsync(ts, k->V.ts, k->n_tables * sizeof *ts, cudaMemcpyDeviceToHost, k->priv);
     if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);
     if (e != cudaSuccess) {
       free(ts);
+      emc__cuda_leave(k);
       return emc__cuda_fail(e, "reading table counters");
     }
     for (t = 0; t < k->n_tables; t++) rc += ts[t].rows_cached;
     free(ts);
     o->rows_cached = rc;
   }
+  emc__cuda_leave(k);
   return EMC_OK;
 }
 
 extern "C" emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, uint64_t *out) {
   emc__cuda_cache *k = c->cuda;
   tstate ts;
-  cudaError_t e = cudaMemcpyAsync(&ts, &k->V.ts[table], sizeof ts, cudaMemcpyDeviceToHost, k->priv);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(k->priv);
+  cudaError_t e;
+  EMC_TRY(emc__cuda_enter(k));
+  e = cudaMemcpyAsync(&ts, &k->V.ts[table], sizeof ts, cudaMemcpyDeviceToHost, k->priv);
+  if (e == cudaSuccess) e = emc__cuda_wait_stream(k, k->priv);
+  emc__cuda_leave(k);
   if (e != cudaSuccess) return emc__cuda_fail(e, "reading table counters");
   *out = ts.rows_cached;
   return EMC_OK;

@@ -10,7 +10,7 @@
 #include "dev.cuh"
 
 #define EMC_SLOTS_MAX 16u  /* scratch slots: calls in flight at once before callers wait */
-#define EMC_PTR_CACHE 8u   /* pointers whose memory space is remembered */
+#define EMC_PTR_CACHE 8u   /* device pointers whose memory space is remembered */
 
 typedef struct reg_range {
   uintptr_t lo, hi;
@@ -35,8 +35,28 @@ typedef struct emc__scratch {
   cudaEvent_t done;        /* the writer call is done: the slot may be reused */
   cudaGraphExec_t graph;   /* the writer call after a lookup, as one graph (NULL: launches) */
   int used;                /* has run a call (its events were recorded) */
-  int captured;            /* baked into a caller's graph: never reused */
+  int captured;            /* baked into a caller's graph: never reused; freed once that
+                              graph's user object is released (cap_ticket) */
+  struct cap_ticket *ticket; /* captured: shared with the graph's user object */
+  int broken;              /* a call failed half-enqueued and its `done` could not be
+                              recorded: never reused (its work may still be in flight) */
 } emc__scratch;
+
+/* A captured slot's link with the caller's graph: the graph's user object sets `released`
+ * once the graph (and its last launch) is gone; the cache then frees the slot. The last of the
+ * two to let go frees the ticket (refs). */
+struct cap_ticket {
+  int refs;     /* atomic: the graph, the cache */
+  int released; /* atomic */
+};
+
+/* The order of a capture's writer sections: the event after its last one (cache_cuda.cu,
+ * "Streams and ordering"). */
+#define EMC_CAPTURES 8u
+typedef struct cap_chain {
+  unsigned long long id; /* capture id (cudaStreamGetCaptureInfo); 0: unused */
+  cudaEvent_t last;
+} cap_chain;
 
 /* Per-stage device time, EMC_CUDA_PROFILE=1: the lookup kernel on the caller's stream, and the
  * writer call after it (admit, evict and maint stages together) on the writer stream. */
@@ -53,32 +73,45 @@ struct emc__cuda_cache {
   pthread_mutex_t lock;     /* scratch pool, enqueue order of writer calls */
   emc__scratch slots[EMC_SLOTS_MAX];
   uint32_t n_slots, next_wait;
-  emc__scratch *captured;   /* slots owned by callers' captured graphs */
+  emc__scratch **captured;  /* slots owned by callers' captured graphs (heap, each) */
   uint32_t n_captured;
+  cudaEvent_t wr_tail;      /* after the last writer section on the writer stream */
+  cudaEvent_t cap_tail;     /* external record after each captured writer section */
+  cap_chain caps[EMC_CAPTURES]; /* captures under way: their last writer section */
+  uint32_t cap_next;
+  uint64_t n_cap_sections;  /* writer sections ever captured (0: nothing to wait for) */
   ull *mirror_host;         /* mapped: a lookup saw a dense id out of range */
   uint64_t *offs_host;      /* pinned: device offsets copied back */
   reg_range *regs;
   uint32_t n_regs;
   uint8_t *repack_marks;    /* EMC_REPACK_STEP bytes */
+  uint64_t *repack_scratch; /* EMC_REPACK_SCRATCH_BYTES (maint.cu) */
   size_t index_bytes;       /* keys + lm + stamps */
   size_t arena_bytes;       /* pages */
   size_t meta_bytes;        /* index + per-page metadata (headers, bitmaps, owners) */
   uint64_t max_rows;        /* live pool entries the index is sized for */
   uint64_t n_lookups, n_inserts; /* host counters (atomic) */
+  uint64_t n_host_syncs;    /* times a call of this cache waited on the host for the device
+                               (atomic; stats.host_syncs) */
   uint64_t errs_seen;       /* refused training calls already reported by emc_flush */
   uint64_t short_seen;      /* pin shortfall already reported */
+  uint64_t overlaps_seen;   /* dglob.overlaps already reported */
   uint32_t **map_claim;     /* per table: the device bitmap of a hashed map's used slots */
-  struct {
-    const void *p;
-    int dev;
-  } pcache[EMC_PTR_CACHE];
+  const void *pcache[EMC_PTR_CACHE]; /* device memory of this device (emc__cuda_space) */
   uint32_t pc_next;
+  int caller_device;        /* the caller's current device, restored by emc__cuda_leave */
   int prof;                 /* EMC_CUDA_PROFILE=1 at create */
   cudaEvent_t pev[2 * PROF_N];
   double pacc[PROF_N];
   uint64_t pcalls;
   int ok;                   /* every device resource was made */
 };
+
+/* A wait of a call on the host for the device, counted in stats.host_syncs. */
+static inline cudaError_t emc__cuda_wait_stream(emc__cuda_cache *k, cudaStream_t st) {
+  __atomic_fetch_add(&k->n_host_syncs, 1, __ATOMIC_RELAXED);
+  return cudaStreamSynchronize(st);
+}
 
 /* Record the end of a stage for the profile (no-op unless profiling). */
 void emc__cuda_prof_mark(emc__cuda_cache *k, int stage, int end, cudaStream_t st);
@@ -91,10 +124,22 @@ emc_status emc__cuda_fail(cudaError_t e, const char *what);
 
 /* ---------------------------------------------------------------- shared by the calls
  * (cache_cuda.cu; the training calls live in train_calls.cu) */
-/* Lock the cache's host state (k->lock) and select its device. */
+/* Lock the cache's host state (k->lock) and select its device (the caller's current device is
+ * kept and restored by emc__cuda_leave, which unlocks: every call leaves it as it found it). */
 emc_status emc__cuda_enter(emc__cuda_cache *k);
-/* Can a kernel use p (device, managed or mapped pinned host memory)? Caller holds k->lock. */
+void emc__cuda_leave(emc__cuda_cache *k);
+/* Where a buffer lives, for this cache (caller holds k->lock): */
+enum {
+  EMC_SPACE_PAGEABLE = 0, /* host memory the device cannot reach: staged */
+  EMC_SPACE_MAPPED,       /* pinned or registered host memory: the host reads it, kernels too */
+  EMC_SPACE_DEVICE,       /* device (or managed) memory of the cache's device */
+  EMC_SPACE_OTHER         /* memory of another device: refused (EMC_EINVAL) */
+};
+int emc__cuda_space(emc__cuda_cache *k, const void *p);
+/* Can a kernel use p (EMC_SPACE_DEVICE or EMC_SPACE_MAPPED)? Caller holds k->lock. */
 int emc__cuda_device_accessible(emc__cuda_cache *k, const void *p);
+/* EMC_EINVAL when p (named `name`) is memory of another device than the cache's. */
+emc_status emc__cuda_check_space(emc__cuda_cache *k, const void *p, const char *name);
 /* The batch's offsets in host memory (device offsets are copied back: one wait), validated,
  * and the NULL checks (buf_name NULL: no buffer checked). Caller holds k->lock. */
 emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -104,7 +149,20 @@ emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_
  * ready in st's order (see cache_cuda.cu). Caller holds k->lock. */
 emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, size_t gbytes,
                                   cudaStream_t st, int captured, emc__scratch **out);
-/* The writer call's stages after lock and before end, for a call's misses: demand, evict,
+/* A call failed after part of it may be enqueued on st (and on the writer stream): the slot
+ * serves again only after that work, with its buffers made afresh (defect 5: it used to be
+ * reused, even freed, while the work was in flight). Retired for good if even that cannot be
+ * enqueued. Caller holds k->lock. */
+void emc__cuda_slot_failed(emc__cuda_cache *k, emc__scratch *S, cudaStream_t st);
+/* A writer section (begin ... end of a writer call) on ws: the caller's stream when capturing,
+ * else k->writer. open orders it after every writer section enqueued or launched before it;
+ * close lets later ones order after it. Caller holds k->lock. */
+cudaError_t emc__cuda_section_open(emc__cuda_cache *k, cudaStream_t ws, int capturing);
+cudaError_t emc__cuda_section_close(emc__cuda_cache *k, cudaStream_t ws, int capturing);
+/* Captured slots whose graphs are gone, freed; the number still held (tests). Caller holds
+ * k->lock. */
+uint32_t emc__cuda_reap_captured(emc__cuda_cache *k);
+/* The writer call's stages after begin and before end, for a call's misses: demand, evict,
  * admit, repack. */
 cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 /* emc_flush's detail for a refused training call (reason codes of train.cu). */

@@ -23,6 +23,15 @@
  * live counts agree with the entries and the free bitmaps; the free page stack holds exactly
  * the free pages; each table's list of pages with free slots holds its own pages; bytes, rows,
  * dirty rows, live entries and tombstones agree with the counters; use stays at or below t1. */
+extern "C" uint32_t emc__cuda_captured_slots(emc_cache *c) {
+  emc__cuda_cache *k = c->cuda;
+  uint32_t n;
+  if (emc__cuda_enter(k) != EMC_OK) return UINT32_MAX;
+  n = emc__cuda_reap_captured(k);
+  emc__cuda_leave(k);
+  return n;
+}
+
 extern "C" emc_status emc__cuda_check(emc_cache *c) {
   emc__cuda_cache *k = c->cuda;
   const dview &V = k->V;
@@ -44,9 +53,10 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   emc_status st = EMC_OK;
   cudaError_t e;
   if (!k) return EMC_FAIL(EMC_EUNSUPPORTED, "not a CUDA cache");
-  pthread_mutex_lock(&k->lock);
-  e = cudaSetDevice(k->device);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(k->writer);
+  EMC_TRY(emc__cuda_enter(k));
+  e = cudaStreamSynchronize(k->writer);
+  /* and the sections of the last graph launched (they run on the caller's stream) */
+  if (e == cudaSuccess && k->n_cap_sections) e = cudaEventSynchronize(k->cap_tail);
   arena = (unsigned char *)malloc(k->arena_bytes);
   keys = (unsigned char *)malloc(slots * kb);
   lm = (uint64_t *)malloc(slots * 8);
@@ -85,8 +95,10 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   ix.epoch = NULL;
   ix.n_buckets = V.ix.n_buckets;
   ix.key_bits = V.key_bits;
-  CHK(!(g.repack_epoch & 1u) && g.lock == 0, "writer state left behind: epoch %u, lock %u",
-      g.repack_epoch, g.lock);
+  CHK(!(g.repack_epoch & 1u), "writer state left behind: re-pack epoch %u", g.repack_epoch);
+  CHK(g.writer_in == 0, "a writer section left open");
+  CHK(g.overlaps == 0, "%llu writer sections began while another was open (an ordering defect)",
+      (unsigned long long)g.overlaps);
   /* index entries */
   for (i = 0; i < slots; i++) {
     uint64_t key = emc__ix_key(&ix, i), l = lm[i], id;
@@ -224,8 +236,45 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   }
   for (t = 0; t < nt; t++)
     CHK(ts[t].fresh == 0 && ts[t].new_rank == 0, "table %u: training counters left over", t);
+  /* hashed tables: the device's claim bits are the store map's used slots, and every row the
+   * store holds (the host's count, and the rows the device added since) is named by its id */
+  for (t = 0; t < nt; t++) {
+    const emc__table *tb = &c->store->tables[t];
+    uint64_t nwords, used_slots = 0, r, cnt = ts[t].store_count;
+    uint32_t *claim;
+    if (tb->kind != EMC_TABLE_HASHED) continue;
+    nwords = tb->map_cap / 32 + 1;
+    claim = (uint32_t *)malloc(nwords * 4);
+    if (!claim) {
+      st = EMC_FAIL(EMC_ENOMEM, "check scratch for the claim bits of table %u", t);
+      goto done;
+    }
+    e = cudaMemcpy(claim, k->map_claim[t], nwords * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+      free(claim);
+      st = emc__cuda_fail(e, "reading the claim bits");
+      goto done;
+    }
+    for (i = 0; i < tb->map_cap && st == EMC_OK; i++) {
+      int bit = (int)(claim[i / 32] >> (i % 32) & 1u), set = EMC_LD_ACQUIRE(&tb->map_rowp1[i]) != 0;
+      used_slots += (uint64_t)set;
+      if (bit != set)
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: map slot %llu is %s but its claim bit is %d", t,
+                      (unsigned long long)i, set ? "used" : "free", bit);
+    }
+    free(claim);
+    if (st != EMC_OK) goto done;
+    CHK(cnt >= EMC_LD_ACQUIRE(&tb->count) && cnt <= tb->rows && used_slots == cnt,
+        "table %u: the device counts %llu store rows, the host %llu, the map holds %llu (capacity %llu)", t,
+        (unsigned long long)cnt, (unsigned long long)tb->count, (unsigned long long)used_slots,
+        (unsigned long long)tb->rows);
+    for (r = 0; r < cnt; r++)
+      CHK(emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, tb->row_ids[r]) == (int64_t)r,
+          "table %u: store row %llu's id %llu does not map back to it", t, (unsigned long long)r,
+          (unsigned long long)tb->row_ids[r]);
+  }
 done:
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   free(arena);
   free(keys);
   free(lm);

@@ -35,7 +35,7 @@ extern "C" {
 typedef unsigned long long ull;
 
 #define EMC_NONE32 0xffffffffu
-#define EMC_WB_CELLS 65536u           /* write-back epoch cells (power of two) */
+#define EMC_WB_CELLS 65536u           /* write-back cells (power of two): see wb_begin */
 #define EMC_INLINE_TABLES 64u         /* offsets passed in kernel parameters up to this many */
 #define EMC_REPACK_STEP 4096u         /* buckets re-packed per writer call */
 #define EMC_REPACK_CLUSTER 32u        /* longest cluster the device re-packs (buckets) */
@@ -86,12 +86,10 @@ typedef struct dglob {
   ull repack_at, repack_left, repacks;/* re-pack sweep */
   uint32_t clock;                     /* one tick per writer call; lookups stamp with it */
   uint32_t meta_seq;                  /* writers' meta counter (emc_item.h, "index") */
-  uint32_t wb_epoch;                  /* write-back epoch: writer calls finished */
   uint32_t repack_epoch;              /* odd while a re-pack step runs (the index's epoch) */
   uint32_t aged_at;                   /* clock of the last stamp aging */
   uint32_t free_top;                  /* free page stack */
-  uint32_t lock;                      /* writer lock (captured writer sequences) */
-  uint32_t pass_active, aging, cut, repack_active, n_new_pages, n_grants, wrote_back;
+  uint32_t pass_active, aging, cut, repack_active, n_new_pages, n_grants;
   /* prefetch pins (train.cu) */
   uint32_t pin_next;                  /* the ring list the next prefetch releases and refills */
   ull pinned_bytes, pinned_rows;      /* entries with a pin count > 0, their slot bytes */
@@ -102,6 +100,10 @@ typedef struct dglob {
   ull call_errs;                      /* refused calls since create */
   uint32_t err_code, err_table;       /* the first since the last flush: emc_status, table */
   uint32_t err_why, pad2_;            /* ... its reason (TR_WHY_*) */
+  /* writer sections are ordered by events (cache_cuda.cu): one that begins while another is
+   * open is counted, never waited for */
+  uint32_t writer_in, pad3_;          /* a section is open (k_wr_begin .. k_wr_end) */
+  ull overlaps;                       /* sections that began while another was open */
   ull err_a, err_b;                   /* ... and its figures (position / id, counts) */
 } dglob;
 
@@ -119,7 +121,7 @@ typedef struct dview {
   uint32_t *plist;              /* n_pages: pages with free slots, grouped by table */
   uint32_t *new_pages;          /* n_pages: pages this call took from the stack */
   ull *hist;                    /* EMC_HIST */
-  uint32_t *wb_cells;           /* EMC_WB_CELLS */
+  uint32_t *wb_cells;           /* EMC_WB_CELLS seqlocks of store-row writes (wb_begin) */
   ull *bad_mirror;              /* mapped host words: [0] a lookup saw a bad dense id,
                                    [1] refused training calls, [2] pin shortfall (rows) */
   uint64_t *ring_keys;          /* prefetch pins: n_lists lists of ring_cap keys */
@@ -132,7 +134,7 @@ typedef struct dview {
 typedef struct dmiss {
   uint64_t id;                  /* the row's id */
   uint32_t pos;                 /* its first position in the batch (staging row) */
-  uint32_t wb_epoch;            /* write-back epoch the staged copy was read under
+  uint32_t wb;                  /* the key's write-back cell when the staged copy was read
                                    (EMC_NONE32: the source is the call's own rows, always
                                    current; EMC_FROM_STORE: no copy, read the store row) */
 } dmiss;
@@ -174,7 +176,8 @@ typedef struct dcall {
   uint32_t *svals, *svals_out;  /* n: positions, then in sorted order (ascending in a run) */
   uint32_t *head;               /* n: 1 where a run of equal ids starts; then (dedup) 1 at a
                                    run's first position */
-  uint32_t *runidx;             /* n: exclusive scan of head (a sorted index's run) */
+  uint32_t *runidx;             /* n: exclusive scan of head: the run a sorted index starts
+                                   (at a run's start; inside a run one more: run_of(), train.cu) */
   uint32_t *run_start;          /* n + 1: sorted index where each run starts */
   uint32_t *n_runs;             /* 1 */
   uint64_t *inoff;              /* n_tables: where table t's positions start in the caller's
@@ -203,9 +206,67 @@ static inline cudaError_t emc__cu_host_register(void *p, size_t bytes, unsigned 
   return cudaHostRegister(p, bytes, flags);
 }
 
+/* ---------------------------------------------------------------- launches
+ * Every launch of cuda/ goes through EMC_LAUNCH: cudaLaunchKernelEx, the runtime's C++ form
+ * (valid CUDA under nvcc, and what the CPU model of the device, cuda/sim/, runs), returning the
+ * launch's own error rather than a stale one left by the application. Under the model the
+ * kernel's name goes with it, for its reports and its sm_90 resource checks.
+ * EMC_LAUNCH_OR_RETURN returns a failed launch's error from the enclosing launcher. */
+template <typename... P, typename... A>
+static inline cudaError_t emc__launch(const char *name, void (*kernel)(P...), unsigned grid, unsigned block,
+                                      cudaStream_t st, A &&...args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+#if defined(EMCSIM)
+  emcsim_set_kernel_name(name);
+#else
+  (void)name;
+#endif
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+#define EMC_LAUNCH(kernel, grid, block, stream, ...) \
+  emc__launch(#kernel, kernel, (unsigned)(grid), (unsigned)(block), (stream), __VA_ARGS__)
+#define EMC_LAUNCH_OR_RETURN(kernel, grid, block, stream, ...)                  \
+  do {                                                                          \
+    cudaError_t emc_launch_e_ = EMC_LAUNCH(kernel, grid, block, stream, __VA_ARGS__); \
+    if (emc_launch_e_ != cudaSuccess) return emc_launch_e_;                     \
+  } while (0)
+
 /* ---------------------------------------------------------------- strong accesses
  * Relaxed loads and stores at GPU scope: morally strong, so the fences of the reader protocol
- * order them (lib/emc_item.h, "index"); they bypass L1, where no other SM's writes show. */
+ * order them (lib/emc_item.h, "index"); they bypass L1, where no other SM's writes show.
+ * Under the CPU model (EMCSIM, cuda/sim/) the same accesses are C++ atomics of the same
+ * strength, which the model also checks (the address must be reachable by the device) and
+ * counts (its forward-progress watchdog): the one switch between the PTX and the model. */
+#if defined(EMCSIM)
+__device__ __forceinline__ uint32_t ld_rlx(const uint32_t *p) { return emcsim::ld(p, __ATOMIC_RELAXED, "ld.relaxed.gpu.u32"); }
+__device__ __forceinline__ uint64_t ld_rlx(const uint64_t *p) { return emcsim::ld(p, __ATOMIC_RELAXED, "ld.relaxed.gpu.u64"); }
+__device__ __forceinline__ uint16_t ld_rlx(const uint16_t *p) { return emcsim::ld(p, __ATOMIC_RELAXED, "ld.relaxed.gpu.u16"); }
+__device__ __forceinline__ void st_rlx(uint16_t *p, uint16_t v) { emcsim::st(p, v, __ATOMIC_RELAXED, "st.relaxed.gpu.u16"); }
+__device__ __forceinline__ void st_rlx(uint32_t *p, uint32_t v) { emcsim::st(p, v, __ATOMIC_RELAXED, "st.relaxed.gpu.u32"); }
+__device__ __forceinline__ void st_rlx(uint64_t *p, uint64_t v) { emcsim::st(p, v, __ATOMIC_RELAXED, "st.relaxed.gpu.u64"); }
+__device__ __forceinline__ void fence_acq_rel() { emcsim::fence_op(__ATOMIC_ACQ_REL); }
+/* a vector load is several single-copy-atomic words, on the device as here */
+template <unsigned N> __device__ __forceinline__ void ld_words(uint32_t *w, const void *p, const char *what) {
+  emcsim::mem_op(p, 4 * N, 0, what);
+  for (unsigned i = 0; i < N; i++) w[i] = __atomic_load_n((const uint32_t *)p + i, __ATOMIC_RELAXED);
+}
+__device__ __forceinline__ void ld_unit(uint4 *v, const void *p) {
+  uint32_t w[4];
+  ld_words<4>(w, p, "ld.relaxed.gpu.v4.u32");
+  v->x = w[0], v->y = w[1], v->z = w[2], v->w = w[3];
+}
+__device__ __forceinline__ void ld_unit(uint2 *v, const void *p) {
+  uint32_t w[2];
+  ld_words<2>(w, p, "ld.relaxed.gpu.v2.u32");
+  v->x = w[0], v->y = w[1];
+}
+__device__ __forceinline__ void ld_unit(uint32_t *v, const void *p) { *v = emcsim::ld((const uint32_t *)p, __ATOMIC_RELAXED, "ld.relaxed.gpu.u32"); }
+__device__ __forceinline__ void ld_unit(uint16_t *v, const void *p) { *v = emcsim::ld((const uint16_t *)p, __ATOMIC_RELAXED, "ld.relaxed.gpu.u16"); }
+#else
 __device__ __forceinline__ uint32_t ld_rlx(const uint32_t *p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -249,6 +310,7 @@ __device__ __forceinline__ void ld_unit(uint32_t *v, const void *p) {
 __device__ __forceinline__ void ld_unit(uint16_t *v, const void *p) {
   asm volatile("ld.relaxed.gpu.global.u16 %0, [%1];" : "=h"(*v) : "l"(p) : "memory");
 }
+#endif /* EMCSIM */
 template <typename U> __device__ __forceinline__ U zero_unit() { U z; memset(&z, 0, sizeof z); return z; }
 
 /* ---------------------------------------------------------------- views */
@@ -265,6 +327,32 @@ __device__ __forceinline__ uint64_t ix_key(const emc__index_view &ix, uint64_t i
 __device__ __forceinline__ uint32_t wb_cell(uint64_t key) {
   return (uint32_t)(emc__fmix64(key ^ 0x5bd1e995ull) & (EMC_WB_CELLS - 1u));
 }
+
+/* Write-back cells: every write of a store row by the device (a write-back, a write-through,
+ * a flush) holds its key's cell, a seqlock shared by the keys that hash to it, for the time it
+ * writes the row: bits 0..15 count the writers inside, bits 16..30 how many have finished (bit
+ * 31 stays clear, so no cell value is EMC_NONE32 or EMC_FROM_STORE). A lookup that copies a
+ * store row reads the cell before (its first fence) and after (its second): the copy is whole
+ * iff no writer was inside and none finished between. A reader thus only ever waits for a
+ * write that a running thread has begun and finishes without waiting (the forward-progress
+ * rule, lib/emc_item.h "index"); before, readers waited for an epoch that a later kernel of
+ * the writer call published. Admission re-reads from the store a staged copy whose cell moved.
+ * The writing thread (lane 0 of a writing warp) calls wb_begin, writes, then wb_end. */
+__device__ __forceinline__ void wb_begin(const dview &V, uint64_t key) {
+  atomicAdd(&V.wb_cells[wb_cell(key)], 1u);
+  __threadfence(); /* the cell before the row */
+}
+__device__ __forceinline__ void wb_end(const dview &V, uint64_t key) {
+  uint32_t *c = &V.wb_cells[wb_cell(key)], old = ld_rlx(c), seen;
+  __threadfence_system(); /* the row (in mapped host memory) before the cell */
+  for (;;) {
+    uint32_t next = ((old + 0x10000u) & 0x7fff0000u) | ((old & 0xffffu) - 1u);
+    if ((seen = atomicCAS(c, old, next)) == old) break;
+    old = seen;
+  }
+}
+/* A cell no writer is inside. */
+__device__ __forceinline__ int wb_quiet(uint32_t cell) { return (cell & 0xffffu) == 0; }
 /* Table of position i: the largest t with offsets[t] <= i (also over per-table tile starts). */
 template <typename T>
 __device__ __forceinline__ uint32_t table_of(const T *offsets, uint32_t n_tables, uint64_t i) {
@@ -286,7 +374,7 @@ static inline unsigned grid_for(uint64_t n, unsigned threads) {
 }
 
 /* Block-wide primitives of the writer kernels (CUB), for blocks of EMC_WR_THREADS threads. */
-#define EMC_WR_THREADS 1024
+#define EMC_WR_THREADS 256
 typedef cub::BlockReduce<ull, EMC_WR_THREADS> emc_block_reduce;
 typedef cub::BlockScan<ull, EMC_WR_THREADS> emc_block_scan;
 
@@ -387,12 +475,16 @@ typedef struct emc__cuda_cache emc__cuda_cache;
 /* The cache's device view and re-pack marks buffer (cache_cuda.cu). */
 const dview *emc__cuda_view(const emc__cuda_cache *k);
 uint8_t *emc__cuda_repack_marks(const emc__cuda_cache *k);
+/* The re-pack block's scratch: RP_THREADS clusters of EMC_REPACK_CLUSTER buckets (keys, entry
+ * words, stamps). */
+uint64_t *emc__cuda_repack_scratch(const emc__cuda_cache *k);
+#define EMC_REPACK_SCRATCH_BYTES (256ull * EMC_REPACK_CLUSTER * EMC__BUCKET * 3 * 8)
 /* Host copy of table t's constants. */
 const dtab *emc__cuda_tab_host(const emc__cuda_cache *k, uint32_t t);
-/* Writer calls: lock (take the device writer lock, tick the clock), then optional work that
- * records misses (training calls, train.cuh), then demand (decide pass and re-pack on the device), then evict,
- * admit, repack, end (release). */
-cudaError_t emc__cu_wr_lock(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+/* Writer calls: begin (tick the clock, reset the call's state), then optional work that
+ * records misses (training calls, train.cuh), then demand (decide pass and re-pack on the
+ * device), then evict, admit, repack, end. */
+cudaError_t emc__cu_wr_begin(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_wr_end(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 /* The lookup kernel. tiles_d / pinned: the slot's device array and pinned host buffer for

@@ -72,8 +72,8 @@ extern "C" int emc__cuda_global_keys(const emc__table_code *codes_host, uint32_t
   ok = ok && emc__cuda_ok(cudaMemcpy(offsets, offsets_host, (n_tables + 1) * sizeof *offsets, cudaMemcpyHostToDevice), err, err_len);
   if (ok) {
     unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
-    emc__k_global_keys<<<blocks, 256>>>(codes, n_tables, hash_seed, ids, offsets, keys);
-    ok = emc__cuda_ok(cudaGetLastError(), err, err_len);
+    ok = emc__cuda_ok(EMC_LAUNCH(emc__k_global_keys, blocks, 256, 0, codes, n_tables, hash_seed, ids, offsets, keys),
+                      err, err_len);
   }
   ok = ok && emc__cuda_ok(cudaMemcpy(keys_host, keys, total * sizeof *keys, cudaMemcpyDeviceToHost), err, err_len);
   cudaFree(codes);
@@ -114,8 +114,7 @@ extern "C" int emc__cuda_index_find(const emc__index_view *ix_host, const uint64
   ok = ok && emc__cuda_ok(cudaMemcpy(keys, keys_host, n * sizeof(uint64_t), cudaMemcpyHostToDevice), err, err_len);
   if (ok && n > 0) {
     unsigned blocks = (unsigned)((n + 31) / 32 < 4096 ? (n + 31) / 32 : 4096);
-    emc__k_index_find<<<blocks, 256>>>(ix, keys, n, pos);
-    ok = emc__cuda_ok(cudaGetLastError(), err, err_len);
+    ok = emc__cuda_ok(EMC_LAUNCH(emc__k_index_find, blocks, 256, 0, ix, keys, n, pos), err, err_len);
   }
   ok = ok && emc__cuda_ok(cudaMemcpy(pos_host, pos, n * sizeof(int64_t), cudaMemcpyDeviceToHost), err, err_len);
   cudaFree(ix.keys);

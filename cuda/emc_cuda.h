@@ -33,6 +33,9 @@ emc_status emc__cuda_stats(const emc_cache *c, emc_stats *out);
  * detail. Waits for the device. */
 emc_status emc__cuda_check(emc_cache *c);
 emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, uint64_t *out);
+/* Scratch slots held by callers' captured graphs, after freeing those whose graphs are gone
+ * (tests). */
+uint32_t emc__cuda_captured_slots(emc_cache *c);
 
 /* Global keys of a batch computed on device 0 by the shared per-item code (host pointers in
  * and out; copies and synchronizes). Returns 1 on success, 0 with the CUDA error in err. */

@@ -13,8 +13,7 @@
  *   cut      (1 thread) from the oldest bucket down: the bucket where the bytes reach the need
  *   sweep    a thread per index slot: entries older than the cut bucket go, and entries of the
  *            cut bucket while the cut's share lasts; entries stamped at the current tick stay.
- *            A dirty row is written back first (its write-back cell bumped, then the row, then
- *            a system fence); the entry becomes a unified-index entry (hashed rows, while the
+ *            A dirty row is written back first (inside its write-back cell, dev.cuh); the entry becomes a unified-index entry (hashed rows, while the
  *            budget lasts) or goes (BUSY lm, then EMPTY or TOMB: EMPTY when its bucket already
  *            holds an EMPTY slot); then the slot's bit is set in its page's bitmap. Readers
  *            copying such a row meanwhile fail their validation and probe again.
@@ -146,11 +145,9 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
       uint64_t id = tb->L.off_owner ? *emc__slot_owner(pg, &tb->L, s) : emc__unmix(key & tb->code.fmask, tb->code.fbits);
       int64_t r = tb->kind == EMC_TABLE_DENSE ? (int64_t)id
                                               : emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
-      atomicMax(&V.wb_cells[wb_cell(key)], g->wb_epoch + 1u);
-      g->wrote_back = 1;
-      __threadfence();
+      wb_begin(V, key);
       if (r >= 0) emc__row_store(tb->base + (uint64_t)r * tb->stride, emc__slot_row(pg, &tb->L, s), tb->full_bytes);
-      __threadfence_system();
+      wb_end(V, key);
       wb++;
       dirty_gone++;
     }
@@ -240,11 +237,11 @@ __global__ void __launch_bounds__(256) k_ev_scatter(const __grid_constant__ dvie
 cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st) {
   const dview &V = *emc__cuda_view(k);
   uint64_t slots = V.ix.n_buckets * EMC__BUCKET;
-  k_ev_hist<<<grid_for(slots, 256), 256, 0, st>>>(V);
-  k_ev_cut<<<1, 1, 0, st>>>(V);
-  k_ev_sweep<<<grid_for(slots, 256), 256, 0, st>>>(V);
-  k_ev_pages<<<grid_for(V.n_pages, 256), 256, 0, st>>>(V);
-  k_ev_lists<<<1, EMC_WR_THREADS, 0, st>>>(V);
-  k_ev_scatter<<<grid_for(V.n_pages, 256), 256, 0, st>>>(V);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_ev_hist, grid_for(slots, 256), 256, st, V);
+  EMC_LAUNCH_OR_RETURN(k_ev_cut, 1, 1, st, V);
+  EMC_LAUNCH_OR_RETURN(k_ev_sweep, grid_for(slots, 256), 256, st, V);
+  EMC_LAUNCH_OR_RETURN(k_ev_pages, grid_for(V.n_pages, 256), 256, st, V);
+  EMC_LAUNCH_OR_RETURN(k_ev_lists, 1, EMC_WR_THREADS, st, V);
+  EMC_LAUNCH_OR_RETURN(k_ev_scatter, grid_for(V.n_pages, 256), 256, st, V);
+  return cudaSuccess;
 }

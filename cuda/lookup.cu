@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
   const dtab *tb = NULL;
   rowgeo g = row_geo(4, 16);
   unsigned char *dst0 = NULL, *stg0 = NULL;
-  uint32_t e_cur = 0, w_cur = 0;
+  uint32_t e_cur = 0, wb1 = 0, backoff = 0;
   int have = 0, first_trip = 1;
 
   if (threadIdx.x < 6) s_cnt[threadIdx.x] = 0;
@@ -191,8 +191,10 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         uint32_t r = r0 + (lane >> 3);
         uint64_t k = __shfl_sync(0xffffffffu, key, r & 31u);
         uint32_t f = __shfl_sync(0xffffffffu, fl, r & 31u);
-        int probing = r < nrows && (active >> r & 1u) && !(f & F_NOCACHE) &&
-                      __shfl_sync(0xffffffffu, kind, r & 31u) != K_BAD;
+        /* every lane takes part in the shuffle: inside the && below, lanes whose row is past
+         * the tile skipped it (a divergent collective; the CPU model of the device found it) */
+        uint32_t kr = __shfl_sync(0xffffffffu, kind, r & 31u);
+        int probing = r < nrows && (active >> r & 1u) && !(f & F_NOCACHE) && kr != K_BAD;
         int64_t found = coop_probe(V.ix, k, probing);
         /* row r0 + i's answer sits in lane 8 i */
         int64_t got = (int64_t)__shfl_sync(0xffffffffu, (unsigned long long)found, ((lane - r0) * 8u) & 31u);
@@ -230,6 +232,13 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         } else {
           fl |= F_FROMIX;
         }
+        /* a store row (through a unified entry, or a miss): its write-back cell, read before
+         * fence 1 and again after fence 2; a writer inside it is a running thread writing
+         * the row: look again (dev.cuh, wb_begin) */
+        if (kind == K_UNI || kind == K_MISS) {
+          wb1 = ld_rlx(&V.wb_cells[wb_cell(key)]);
+          if (!wb_quiet(wb1)) kind = K_BUSY;
+        }
         if (kind == K_MISS) { /* the store row: dense by address, hashed through the map */
           if (tb->kind == EMC_TABLE_DENSE) {
             src = tb->base + id * tb->stride;
@@ -250,14 +259,16 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
             }
           }
         }
-        /* record the miss (first occurrence: rank in the table, staged copy) */
-        if (kind == K_MISS && !(fl & F_NOCACHE) &&
+        /* record the miss (first occurrence: rank in the table, staged copy); a row read
+         * through a unified-index entry is a miss to admit too, as on the host (admission
+         * skips it when the entry turns out to be another id's) */
+        if ((kind == K_MISS || kind == K_UNI) && !(fl & F_NOCACHE) &&
             emc__missset_insert(C.missset, C.set_mask, set_epoch, key, V.key_bits)) {
           uint32_t rank = atomicAdd(&C.need[t], 1u);
           dmiss m;
           m.id = id;
           m.pos = (uint32_t)(p0 + lane);
-          m.wb_epoch = w_cur;
+          m.wb = wb1;
           C.misses[offs[t] + rank] = m;
           fl |= F_STAGE;
         }
@@ -287,8 +298,8 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
       }
     }
     {
-      uint32_t e_next = ld_rlx(V.ix.epoch), w_next = ld_rlx(&V.g->wb_epoch);
-      fence_acq_rel(); /* 2: the rows before the re-checks; the epochs before the next probe */
+      uint32_t e_next = ld_rlx(V.ix.epoch);
+      fence_acq_rel(); /* 2: the rows before the re-checks; the epoch before the next probe */
       /* ---------------------------------------------- validate */
       if (have && lane < nrows && !done) {
         int ok = 1;
@@ -303,11 +314,11 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
             ok = 0;
             fl |= F_NOCACHE;
           } else if (ok && kind == K_UNI) {
-            ok = ld_rlx(&V.wb_cells[wb_cell(key)]) <= w_cur;
+            ok = ld_rlx(&V.wb_cells[wb_cell(key)]) == wb1;
           }
         } else if (kind == K_MISS || kind == K_ABSENT) {
           if (fl & F_FROMIX) ok = !(e_cur & 1u) && ld_rlx(V.ix.epoch) == e_cur;
-          if (ok && kind == K_MISS) ok = ld_rlx(&V.wb_cells[wb_cell(key)]) <= w_cur;
+          if (ok && kind == K_MISS) ok = ld_rlx(&V.wb_cells[wb_cell(key)]) == wb1;
           if (ok && kind == K_MISS && tb->kind != EMC_TABLE_DENSE) ok = ld_rlx(&tb->map_ids[aux]) == id;
         }
         if (ok) {
@@ -326,6 +337,14 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         }
       }
       /* ---------------------------------------------- next tile, once this one is done */
+      /* a tile that goes round again backs off: what it waits for is a running thread's write
+       * (an entry or a store row being rewritten, a re-pack step), never another kernel's */
+      if (!first_trip && __any_sync(0xffffffffu, have && lane < nrows && !done)) {
+        backoff = backoff ? (backoff < 4096u ? 2u * backoff : backoff) : 64u;
+        __nanosleep(backoff);
+      } else {
+        backoff = 0;
+      }
       if (first_trip || !__any_sync(0xffffffffu, lane < nrows && !done)) {
         if (!first_trip) tile += tile_step;
         first_trip = 0;
@@ -366,7 +385,6 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         }
       }
       e_cur = e_next;
-      w_cur = w_next;
     }
     if (!have) break;
   }
@@ -453,6 +471,6 @@ cudaError_t emc__cu_lookup(const emc__cuda_cache *k, const dcall *C, uint32_t *t
   blocks = (unsigned)((ntiles + 7) / 8);
   if (blocks > (unsigned)sm_count * 8u) blocks = (unsigned)sm_count * 8u;
   if (blocks == 0) blocks = 1;
-  emc_k_lookup<<<blocks, 256, 0, st>>>(A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(emc_k_lookup, blocks, 256, st, A);
+  return cudaSuccess;
 }

@@ -5,14 +5,17 @@
  *   flush    a thread per index slot: dirty rows written back, DIRTY cleared (readers ignore
  *            the bit, so no fresh meta)
  *   repack   a bounded step of the in-place tombstone sweep (lib/emc_item.h,
- *            emc__index_repack): the re-pack epoch goes odd, the cluster starts of the step's
- *            EMC_REPACK_STEP buckets are marked before any moves, one thread re-packs each
- *            cluster in shared memory (clusters over EMC_REPACK_CLUSTER buckets are skipped),
- *            and the epoch goes even; lookups that probed meanwhile retry their misses
- * A write to the store (write-back, write-through) bumps the key's write-back cell first, so a
- * lookup that copied the row meanwhile sees the cell past its epoch and copies again.
+ *            emc__index_repack), one kernel of one block: the re-pack epoch goes odd, the
+ *            cluster starts of the step's EMC_REPACK_STEP buckets are marked before any moves,
+ *            each thread re-packs the clusters at its marks in scratch of its own (clusters over
+ *            EMC_REPACK_CLUSTER buckets are skipped), and the epoch goes even; lookups that
+ *            probed meanwhile retry their misses
+ * A write to the store (write-back, write-through) holds the key's write-back cell (dev.cuh,
+ * wb_begin), so a lookup that copied the row meanwhile sees the cell move and copies again.
  */
 #include "dev.cuh"
+
+#define RP_THREADS 256 /* threads of the re-pack block; each has scratch for one cluster */
 
 /* ---------------------------------------------------------------- init */
 __global__ void k_init(const __grid_constant__ dview V) {
@@ -40,19 +43,17 @@ __global__ void k_init(const __grid_constant__ dview V) {
 
 cudaError_t emc__cu_init(const emc__cuda_cache *k, cudaStream_t st) {
   const dview &V = *emc__cuda_view(k);
-  k_init<<<grid_for(V.ix.n_buckets * EMC__BUCKET, 256), 256, 0, st>>>(V);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_init, grid_for(V.ix.n_buckets * EMC__BUCKET, 256), 256, st, V);
+  return cudaSuccess;
 }
 
 /* ---------------------------------------------------------------- store writes */
-/* A dirty slot's row and state back to its store row: the write-back cell first. */
+/* A dirty slot's row and state back to its store row, inside its write-back cell. */
 __device__ void store_write(const dview &V, const dtab *tb, uint64_t key, uint64_t row,
                             const unsigned char *src) {
-  atomicMax(&V.wb_cells[wb_cell(key)], V.g->wb_epoch + 1u);
-  V.g->wrote_back = 1;
-  __threadfence();
+  wb_begin(V, key);
   emc__row_store(tb->base + row * tb->stride, src, tb->full_bytes);
-  __threadfence_system();
+  wb_end(V, key);
 }
 
 /* ---------------------------------------------------------------- flush */
@@ -87,66 +88,63 @@ __global__ void __launch_bounds__(256) k_flush(const __grid_constant__ dview V) 
 
 cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
   const dview &V = *emc__cuda_view(k);
-  k_flush<<<grid_for(V.ix.n_buckets * EMC__BUCKET, 256), 256, 0, st>>>(V);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_flush, grid_for(V.ix.n_buckets * EMC__BUCKET, 256), 256, st, V);
+  return cudaSuccess;
 }
 
-/* ---------------------------------------------------------------- repack */
-__global__ void k_rp_begin(const __grid_constant__ dview V) {
-  dglob *g = V.g;
-  if (!g->repack_active) return;
-  g->repack_epoch++; /* odd: misses probed from now on are retried */
-  __threadfence();
-}
-
-/* Marks cluster starts among the step's buckets before anything moves: a bucket whose
- * predecessor holds an EMPTY slot. */
-__global__ void __launch_bounds__(256) k_rp_mark(const __grid_constant__ dview V, uint8_t *start) {
-  const uint64_t nb = V.ix.n_buckets, at = V.g->repack_at;
-  if (!V.g->repack_active) return;
-  GRID_STRIDE(j, (uint64_t)EMC_REPACK_STEP) {
+/* ---------------------------------------------------------------- repack
+ * One kernel, one block: the step's epoch goes odd, the cluster starts among its buckets are
+ * marked before anything moves, each thread re-packs the clusters that start at its marks
+ * (emc_item.h, emc__index_repack, with scratch of its own in device memory), and the epoch
+ * goes even, all inside the block. A lookup that probes meanwhile and misses waits for this
+ * block, a running kernel that finishes without waiting: the forward-progress rule. (The
+ * step used to open the epoch in one kernel and close it three kernels later: a lookup could
+ * spin on it for good, since CUDA guarantees no progress between kernels: defect 2.) */
+__global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ dview V, uint8_t *start,
+                                                       uint64_t *scratch) {
+  __shared__ ull dropped_all;
+  const uint64_t nb = V.ix.n_buckets, step = EMC_REPACK_STEP < nb ? EMC_REPACK_STEP : nb;
+  const uint64_t at = V.g->repack_at, ns = (uint64_t)EMC_REPACK_CLUSTER * EMC__BUCKET;
+  uint64_t *sk = scratch + (uint64_t)threadIdx.x * ns * 3, *sl = sk + ns;
+  uint16_t *ss = (uint16_t *)(sl + ns);
+  ull dropped = 0;
+  if (!V.g->repack_active) return; /* (uniform: read before any thread writes it) */
+  if (threadIdx.x == 0) {
+    dropped_all = 0;
+    V.g->repack_epoch++; /* odd: misses probed from now on are retried */
+    __threadfence();
+  }
+  __syncthreads();
+  for (uint64_t j = threadIdx.x; j < step; j += blockDim.x) {
     uint64_t b = (at + j) % nb, prev = (b + nb - 1) % nb, empty = emc__key_empty(V.key_bits);
     int e = 0;
     for (unsigned s = 0; s < EMC__BUCKET; s++) e |= ix_key(V.ix, prev * EMC__BUCKET + s) == empty;
-    start[j] = (uint8_t)(e && j < nb);
+    start[j] = (uint8_t)e;
   }
-}
-
-#define RP_THREADS 8
-__global__ void __launch_bounds__(RP_THREADS) k_rp_do(const __grid_constant__ dview V, const uint8_t *start) {
-  __shared__ uint64_t sk[RP_THREADS][EMC_REPACK_CLUSTER * EMC__BUCKET];
-  __shared__ uint64_t sl[RP_THREADS][EMC_REPACK_CLUSTER * EMC__BUCKET];
-  __shared__ uint16_t ss[RP_THREADS][EMC_REPACK_CLUSTER * EMC__BUCKET];
-  const uint64_t nb = V.ix.n_buckets, at = V.g->repack_at;
-  ull dropped = 0;
-  if (!V.g->repack_active) return;
-  GRID_STRIDE(j, (uint64_t)EMC_REPACK_STEP) {
+  __syncthreads();
+  for (uint64_t j = threadIdx.x; j < step; j += blockDim.x) {
     uint64_t b = (at + j) % nb, len;
     if (!start[j]) continue;
     len = emc__index_cluster_len(&V.ix, b, EMC_REPACK_CLUSTER);
     if (len == 0) continue;
-    dropped += emc__index_repack(&V.ix, b, len, sk[threadIdx.x], sl[threadIdx.x], ss[threadIdx.x]);
+    dropped += emc__index_repack(&V.ix, b, len, sk, sl, ss);
   }
-  if (dropped) atomicAdd(&V.g->ix_tomb, (ull)0 - dropped);
-}
-
-__global__ void k_rp_end(const __grid_constant__ dview V) {
-  dglob *g = V.g;
-  uint64_t step = EMC_REPACK_STEP < V.ix.n_buckets ? EMC_REPACK_STEP : V.ix.n_buckets;
-  if (!g->repack_active) return;
-  __threadfence();
-  g->repack_epoch++; /* even again */
-  g->repack_at = (g->repack_at + step) % V.ix.n_buckets;
-  g->repack_left = g->repack_left > step ? g->repack_left - step : 0;
-  if (g->repack_left == 0) g->repacks++;
-  g->repack_active = 0;
+  if (dropped) atomicAdd(&dropped_all, dropped);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    dglob *g = V.g;
+    if (dropped_all) g->ix_tomb -= dropped_all;
+    __threadfence();
+    g->repack_epoch++; /* even again */
+    g->repack_at = (at + step) % nb;
+    g->repack_left = g->repack_left > step ? g->repack_left - step : 0;
+    if (g->repack_left == 0) g->repacks++;
+    g->repack_active = 0;
+  }
 }
 
 cudaError_t emc__cu_repack(const emc__cuda_cache *k, cudaStream_t st) {
   const dview &V = *emc__cuda_view(k);
-  k_rp_begin<<<1, 1, 0, st>>>(V);
-  k_rp_mark<<<grid_for(EMC_REPACK_STEP, 256), 256, 0, st>>>(V, emc__cuda_repack_marks(k));
-  k_rp_do<<<EMC_REPACK_STEP / RP_THREADS, RP_THREADS, 0, st>>>(V, emc__cuda_repack_marks(k));
-  k_rp_end<<<1, 1, 0, st>>>(V);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_repack, 1, RP_THREADS, st, V, emc__cuda_repack_marks(k), emc__cuda_repack_scratch(k));
+  return cudaSuccess;
 }

@@ -114,6 +114,14 @@ __global__ void __launch_bounds__(256) k_dd_first(const __grid_constant__ tr_arg
   GRID_STRIDE(r, (uint64_t)runs) C.head[C.svals_out[C.run_start[r]]] = 1u;
 }
 
+/* The run of sorted index i. runidx is the exclusive scan of the run heads: a head's own run,
+ * but one more inside a run (that run's head is counted), so a sorted index that does not start
+ * its run belongs to the run before (run_start[runs] is n, never i). */
+__device__ __forceinline__ uint32_t run_of(const dcall &C, uint64_t i) {
+  const uint32_t r = C.runidx[i];
+  return C.run_start[r] == i ? r : r - 1u;
+}
+
 /* dedup outputs: uidx (in slot_of) is the exclusive scan of the first-position flags */
 __global__ void __launch_bounds__(256) k_dd_out(const __grid_constant__ tr_args A) {
   const dcall &C = A.C;
@@ -121,7 +129,7 @@ __global__ void __launch_bounds__(256) k_dd_out(const __grid_constant__ tr_args 
   const uint32_t T = A.V.n_tables;
   if (tr_refused(A)) return;
   GRID_STRIDE(i, A.n) {
-    uint32_t p = C.svals_out[i], fp = C.svals_out[C.run_start[C.runidx[i]]], u = uidx[fp];
+    uint32_t p = C.svals_out[i], fp = C.svals_out[C.run_start[run_of(C, i)]], u = uidx[fp];
     A.inv[p] = u;
     if (p == fp) A.uids[u] = C.skeys_out[i];
   }
@@ -301,18 +309,15 @@ __device__ void new_full_row(const tr_args &A, uint32_t r, uint32_t t, uint32_t 
   }
 }
 
-/* A row straight to the store (a key held by another id): the write-back cell first. */
+/* A row straight to the store (a key held by another id), inside its write-back cell. */
 __device__ void tr_store_write(const dview &V, const dtab *tb, uint64_t key, uint64_t row,
                                const unsigned char *src, uint32_t bytes, unsigned lane) {
-  if (lane == 0) {
-    atomicMax(&V.wb_cells[wb_cell(key)], V.g->wb_epoch + 1u);
-    V.g->wrote_back = 1;
-    __threadfence();
-  }
+  if (lane == 0) wb_begin(V, key);
   __syncwarp();
   warp_copy(tb->base + row * tb->stride, src, bytes, lane);
   __threadfence_system();
   __syncwarp();
+  if (lane == 0) wb_end(V, key);
 }
 
 __global__ void __launch_bounds__(256) k_tr_update(const __grid_constant__ tr_args A) {
@@ -409,7 +414,7 @@ __global__ void __launch_bounds__(256) k_tr_update(const __grid_constant__ tr_ar
         dmiss m;
         m.id = id;
         m.pos = q;
-        m.wb_epoch = EMC_NONE32;
+        m.wb = EMC_NONE32;
         C.misses[C.offsets[t] + rank] = m;
       }
     }
@@ -498,7 +503,7 @@ __global__ void __launch_bounds__(256) k_pf_pin(const __grid_constant__ tr_args 
       dmiss m;
       m.id = id;
       m.pos = rs;
-      m.wb_epoch = EMC_FROM_STORE;
+      m.wb = EMC_FROM_STORE;
       C.misses[C.offsets[t] + rank] = m;
     }
   }
@@ -534,19 +539,17 @@ cudaError_t emc__cu_train_runs(const tr_args *A, cudaStream_t st) {
   cudaError_t e;
   if ((e = cudaMemsetAsync(C.status, 0, 4, st)) != cudaSuccess) return e;
   if (A->n == 0) return cudaMemsetAsync(C.n_runs, 0, 4, st);
-  k_tr_prep<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  EMC_LAUNCH_OR_RETURN(k_tr_prep, grid_for(A->n, 256), 256, st, *A);
   e = cub::DeviceSegmentedRadixSort::SortPairs(C.cub_tmp, tmp, C.skeys, C.skeys_out, C.svals, C.svals_out,
                                                (int)A->n, (int)A->V.n_tables, C.offsets, C.offsets + 1,
                                                0, 64, st);
   if (e != cudaSuccess) return e;
-  k_tr_heads<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  EMC_LAUNCH_OR_RETURN(k_tr_heads, grid_for(A->n, 256), 256, st, *A);
   tmp = C.cub_bytes;
   e = cub::DeviceScan::ExclusiveSum(C.cub_tmp, tmp, C.head, C.runidx, (int)A->n, st);
   if (e != cudaSuccess) return e;
-  k_tr_starts<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_tr_starts, grid_for(A->n, 256), 256, st, *A);
+  return cudaSuccess;
 }
 
 cudaError_t emc__cu_dedup_out(const tr_args *A, cudaStream_t st) {
@@ -554,37 +557,36 @@ cudaError_t emc__cu_dedup_out(const tr_args *A, cudaStream_t st) {
   size_t tmp = C.cub_bytes;
   cudaError_t e;
   if (A->n == 0) {
-    k_dd_out<<<1, 256, 0, st>>>(*A);
-    return cudaGetLastError();
+    EMC_LAUNCH_OR_RETURN(k_dd_out, 1, 256, st, *A);
+    return cudaSuccess;
   }
   if ((e = cudaMemsetAsync(C.head, 0, A->n * 4, st)) != cudaSuccess) return e;
-  k_dd_first<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  EMC_LAUNCH_OR_RETURN(k_dd_first, grid_for(A->n, 256), 256, st, *A);
   e = cub::DeviceScan::ExclusiveSum(C.cub_tmp, tmp, C.head, C.slot_of, (int)A->n, st);
   if (e != cudaSuccess) return e;
-  k_dd_out<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_dd_out, grid_for(A->n, 256), 256, st, *A);
+  return cudaSuccess;
 }
 
 /* The update call's first writer stages (after lock): resolve, check, new rows, update. */
 cudaError_t emc__cu_train_update(const tr_args *A, cudaStream_t st) {
   if (A->n == 0) return cudaSuccess;
-  k_tr_resolve<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  k_tr_check<<<1, 256, 0, st>>>(*A);
-  k_tr_newrows<<<grid_for(A->n * 32, 256), 256, 0, st>>>(*A);
-  k_tr_update<<<grid_for(A->n * 32, 256), 256, 0, st>>>(*A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_tr_resolve, grid_for(A->n, 256), 256, st, *A);
+  EMC_LAUNCH_OR_RETURN(k_tr_check, 1, 256, st, *A);
+  EMC_LAUNCH_OR_RETURN(k_tr_newrows, grid_for(A->n * 32, 256), 256, st, *A);
+  EMC_LAUNCH_OR_RETURN(k_tr_update, grid_for(A->n * 32, 256), 256, st, *A);
+  return cudaSuccess;
 }
 
 cudaError_t emc__cu_prefetch_pin(const tr_args *A, cudaStream_t st) {
-  k_pf_release<<<grid_for(A->V.ring_cap ? A->V.ring_cap : 1, 256), 256, 0, st>>>(*A);
-  if (A->n > 0) k_pf_pin<<<grid_for(A->n, 256), 256, 0, st>>>(*A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_pf_release, grid_for(A->V.ring_cap ? A->V.ring_cap : 1, 256), 256, st, *A);
+  if (A->n > 0) EMC_LAUNCH_OR_RETURN(k_pf_pin, grid_for(A->n, 256), 256, st, *A);
+  return cudaSuccess;
 }
 
 cudaError_t emc__cu_prefetch_end(const tr_args *A, cudaStream_t st) {
-  k_pf_end<<<1, 1, 0, st>>>(*A);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_pf_end, 1, 1, st, *A);
+  return cudaSuccess;
 }
 
 /* A hashed map's used slots as claim bits (cache create: the host filled the map). */
@@ -600,6 +602,6 @@ __global__ void __launch_bounds__(256) k_claim_init(uint32_t *bits, const uint64
 }
 
 cudaError_t emc__cu_claim_init(uint32_t *bits, const uint64_t *rowp1, uint64_t cap, cudaStream_t st) {
-  k_claim_init<<<grid_for(cap / 32 + 1, 256), 256, 0, st>>>(bits, rowp1, cap);
-  return cudaGetLastError();
+  EMC_LAUNCH_OR_RETURN(k_claim_init, grid_for(cap / 32 + 1, 256), 256, st, bits, rowp1, cap);
+  return cudaSuccess;
 }

@@ -86,8 +86,10 @@ static emc_status begin(tcall *tc, emc_cache *c, const uint64_t *ids, const uint
   }
   if (status == EMC_OK && (e = cudaStreamIsCapturing(tc->st, &cs)) != cudaSuccess)
     status = emc__cuda_fail(e, "cudaStreamIsCapturing");
+  if (status == EMC_OK && cs == cudaStreamCaptureStatusInvalidated) /* nothing there would run */
+    status = EMC_FAIL(EMC_ECUDA, "the stream's capture was invalidated by an earlier call; end it");
   tc->capturing = cs == cudaStreamCaptureStatusActive;
-  if (status != EMC_OK) pthread_mutex_unlock(&k->lock);
+  if (status != EMC_OK) emc__cuda_leave(k);
   return status;
 }
 
@@ -118,7 +120,7 @@ static emc_status prepare(tcall *tc, const uint64_t *ids, size_t staging, size_t
   tc->A.op = op;
   return EMC_OK;
 cuda:
-  S->C.n = 0; /* made afresh before it serves again */
+  emc__cuda_slot_failed(k, S, tc->st);
   return emc__cuda_fail(e, what);
 }
 
@@ -128,14 +130,16 @@ cuda:
 static emc_status enqueue_failed(tcall *tc, cudaError_t e, const char *what) {
   emc_status status = emc__cuda_fail(e, what);
   if (tc->S && !tc->S->captured) {
-    cudaStreamSynchronize(tc->st);
-    tc->S->C.n = 0;
+    if (emc__cuda_wait_stream(tc->k, tc->st) != cudaSuccess) (void)cudaGetLastError();
+    emc__cuda_slot_failed(tc->k, tc->S, tc->st);
   }
   return status;
 }
 
 /* The writer call of an update or a prefetch: on the writer stream after the caller's stream
- * (or, under capture, on the caller's stream behind the device lock). */
+ * (or, under capture, on the caller's stream), ordered with the other writer sections by
+ * events (cache_cuda.cu, "Streams and ordering"). A stage that fails to enqueue still gets
+ * the section's end when that can be enqueued (defect 4). */
 static cudaError_t writer(tcall *tc) {
   emc__cuda_cache *k = tc->k;
   emc__scratch *S = tc->S;
@@ -146,12 +150,24 @@ static cudaError_t writer(tcall *tc) {
     if ((e = cudaEventRecord(S->looked, tc->st)) != cudaSuccess) return e;
     if ((e = cudaStreamWaitEvent(ws, S->looked, 0)) != cudaSuccess) return e;
   }
-  if ((e = emc__cu_wr_lock(k, C, ws)) != cudaSuccess) return e;
+  if ((e = emc__cuda_section_open(k, ws, tc->capturing)) != cudaSuccess) return e;
+  if ((e = emc__cu_wr_begin(k, C, ws)) != cudaSuccess) {
+    (void)emc__cuda_section_close(k, ws, tc->capturing);
+    return e;
+  }
   e = tc->A.op == TR_PREFETCH ? emc__cu_prefetch_pin(&tc->A, ws) : emc__cu_train_update(&tc->A, ws);
-  if (e != cudaSuccess) return e;
-  if ((e = emc__cuda_writer_body(k, C, ws)) != cudaSuccess) return e;
-  if (tc->A.op == TR_PREFETCH && (e = emc__cu_prefetch_end(&tc->A, ws)) != cudaSuccess) return e;
-  if ((e = emc__cu_wr_end(k, C, ws)) != cudaSuccess) return e;
+  if (e == cudaSuccess) e = emc__cuda_writer_body(k, C, ws);
+  if (e == cudaSuccess && tc->A.op == TR_PREFETCH) e = emc__cu_prefetch_end(&tc->A, ws);
+  if (e != cudaSuccess) { /* the section is ended and closed all the same */
+    (void)emc__cu_wr_end(k, C, ws);
+    (void)emc__cuda_section_close(k, ws, tc->capturing);
+    return e;
+  }
+  if ((e = emc__cu_wr_end(k, C, ws)) != cudaSuccess) {
+    (void)emc__cuda_section_close(k, ws, tc->capturing);
+    return e;
+  }
+  if ((e = emc__cuda_section_close(k, ws, tc->capturing)) != cudaSuccess) return e;
   if (!tc->capturing) {
     if ((e = cudaEventRecord(S->done, ws)) != cudaSuccess) return e;
     if ((e = cudaStreamWaitEvent(tc->st, S->done, 0)) != cudaSuccess) return e;
@@ -168,9 +184,9 @@ static emc_status finish_blocking(tcall *tc) {
   uint64_t *back = S->pinned + 3 * (size_t)k->n_tables + 3;
   uint32_t code;
   cudaError_t e = cudaMemcpyAsync(back, S->C.status, 32, cudaMemcpyDeviceToHost, tc->st);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(tc->st);
+  if (e == cudaSuccess) e = emc__cuda_wait_stream(tc->k, tc->st);
   if (e != cudaSuccess) {
-    pthread_mutex_unlock(&k->lock);
+    emc__cuda_leave(k);
     return emc__cuda_fail(e, "cudaStreamSynchronize(training call)");
   }
   memcpy(&code, back, 4);
@@ -178,10 +194,10 @@ static emc_status finish_blocking(tcall *tc) {
     char text[384];
     emc__cuda_refusal_text(text, sizeof text, code, (uint32_t)(back[1] >> 32), (uint32_t)back[1],
                            back[2], back[3]);
-    pthread_mutex_unlock(&k->lock);
+    emc__cuda_leave(k);
     return EMC_FAIL((emc_status)code, "refused, nothing changed: %s", text);
   }
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   return EMC_OK;
 }
 
@@ -215,7 +231,7 @@ static emc_status update_call(emc_cache *c, const uint64_t *ids, const uint64_t 
   const char *what = "";
   EMC_TRY(begin(&tc, c, ids, offsets, buf, op == TR_APPLY ? "grads" : "rows", stream));
   if (tc.n == 0) {
-    pthread_mutex_unlock(&k->lock);
+    emc__cuda_leave(k);
     return EMC_OK;
   }
   inoff = (uint64_t *)emc__malloc(k->n_tables * 8);
@@ -262,12 +278,12 @@ static emc_status update_call(emc_cache *c, const uint64_t *ids, const uint64_t 
   free(outoff);
   if (op == TR_INSERT) __atomic_fetch_add(&k->n_inserts, tc.n, __ATOMIC_RELAXED);
   if (tc.blocking) return finish_blocking(&tc);
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   return EMC_OK;
 cuda:
   status = enqueue_failed(&tc, e, what);
 unlock:
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   free(inoff);
   free(outoff);
   return status;
@@ -298,14 +314,14 @@ static emc_status grow_ring(tcall *tc) {
                     "this prefetch of %llu ids is larger than any before: its pin lists must grow, "
                     "which cannot be captured; run one prefetch of this size outside capture first",
                     (unsigned long long)want);
-  if (k->n_captured > 0)
+  if (k->n_captured > 0 && emc__cuda_reap_captured(k) > 0)
     return EMC_FAIL(EMC_EUNSUPPORTED,
                     "a prefetch of %llu ids needs longer pin lists than the graphs captured from "
                     "this cache use; capture with the largest batch first",
                     (unsigned long long)want);
   if (want < 2 * cap) want = 2 * cap;
   if (want < 4096) want = 4096;
-  if ((e = cudaStreamSynchronize(k->writer)) != cudaSuccess ||
+  if ((e = emc__cuda_wait_stream(k, k->writer)) != cudaSuccess ||
       (e = emc__cu_malloc((void **)&keys, (size_t)V->n_lists * want * 8)) != cudaSuccess)
     return emc__cuda_fail(e, "growing the pin lists");
   if (cap && (e = cudaMemcpy2D(keys, want * 8, V->ring_keys, cap * 8, cap * 8, V->n_lists,
@@ -344,7 +360,7 @@ extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, cons
   EMC_TRY(begin(&tc, c, ids, offsets, NULL, NULL, stream));
   tc.blocking = !tc.ids_dev;
   if (tc.blocking && tc.capturing) {
-    pthread_mutex_unlock(&k->lock);
+    emc__cuda_leave(k);
     return EMC_FAIL(EMC_EINVAL, "a captured emc_prefetch takes device ids");
   }
   zero = (uint64_t *)emc__calloc(k->n_tables, 8);
@@ -361,15 +377,15 @@ extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, cons
   free(zero);
   if (tc.blocking) {
     EMC_TRY(finish_blocking(&tc));
-    pthread_mutex_lock(&k->lock);
+    EMC_TRY(emc__cuda_enter(k));
   }
   status = shortfall_report(k); /* this call's (blocking), or earlier calls' */
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   return status;
 cuda:
   status = enqueue_failed(&tc, e, what);
 unlock:
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   free(zero);
   return status;
 }
@@ -395,6 +411,10 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
     status = EMC_FAIL(EMC_EINVAL, "unique_ids or inverse is NULL with %llu ids", (unsigned long long)tc.n);
     goto unlock;
   }
+  if ((status = emc__cuda_check_space(k, unique_ids, "unique_ids")) != EMC_OK ||
+      (status = emc__cuda_check_space(k, unique_offsets, "unique_offsets")) != EMC_OK ||
+      (status = emc__cuda_check_space(k, inverse, "inverse")) != EMC_OK)
+    goto unlock;
   u_dev = tc.n == 0 || emc__cuda_device_accessible(k, unique_ids);
   o_dev = emc__cuda_device_accessible(k, unique_offsets);
   i_dev = tc.n == 0 || emc__cuda_device_accessible(k, inverse);
@@ -423,7 +443,7 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
   free(zero);
   zero = NULL;
   if (!tc.blocking) {
-    pthread_mutex_unlock(&k->lock);
+    emc__cuda_leave(k);
     return EMC_OK;
   }
   /* blocking: the verdict, then the outputs (still holding the lock: the slot is ours) */
@@ -431,7 +451,7 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
     uint64_t *back = tc.S->pinned + 3 * (size_t)T + 3;
     uint32_t code;
     CUE(cudaMemcpyAsync(back, tc.S->C.status, 32, cudaMemcpyDeviceToHost, tc.st));
-    CUE(cudaStreamSynchronize(tc.st));
+    CUE(emc__cuda_wait_stream(k, tc.st));
     memcpy(&code, back, 4);
     if (code != 0) {
       char text[384];
@@ -443,14 +463,14 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
     if (!u_dev) CUE(cudaMemcpyAsync(unique_ids, tc.A.uids, tc.n * 8, cudaMemcpyDeviceToHost, tc.st));
     if (!i_dev) CUE(cudaMemcpyAsync(inverse, tc.A.inv, tc.n * 4, cudaMemcpyDeviceToHost, tc.st));
     if (!o_dev) CUE(cudaMemcpyAsync(unique_offsets, tc.A.uoffs, ((size_t)T + 1) * 8, cudaMemcpyDeviceToHost, tc.st));
-    CUE(cudaStreamSynchronize(tc.st));
+    CUE(emc__cuda_wait_stream(k, tc.st));
   }
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   return EMC_OK;
 cuda:
   status = enqueue_failed(&tc, e, what);
 unlock:
-  pthread_mutex_unlock(&k->lock);
+  emc__cuda_leave(k);
   free(zero);
   return status;
 }

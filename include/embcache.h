@@ -34,27 +34,48 @@
  *   admission of their misses is skipped when another thread holds the cache's writer lock.
  *
  * CUDA backend (EMC_BACKEND_CUDA, or AUTO where a device answers)
- *   Memory spaces: ids, out, where and rows may be device memory (cudaMalloc, managed, or
- *   mapped pinned host memory), which is the fast path, or ordinary host memory, which is
- *   staged through device buffers and makes the call wait for its stream. offsets should be a
- *   host array (n_tables + 1 small integers): device offsets cost one small copy to the host
- *   and a wait on the stream (and cannot be used while the stream is being captured). Whether
- *   a pointer is device-accessible is asked of CUDA once per address and remembered for the
- *   most recent few: pass buffers you keep, not memory freed and reused as another kind.
+ *   Memory spaces: ids, out, where and rows may be device memory of the cache's device
+ *   (cudaMalloc, managed) or pinned host memory (cudaHostAlloc, cudaHostRegister: the device
+ *   reads and writes it where it is), which is the fast path, or ordinary (pageable) host
+ *   memory, which is staged through device buffers and makes the call wait for its stream.
+ *   Memory of another device is refused (EMC_EINVAL), with or without peer access; every
+ *   call leaves the caller's current device as it found it (a thread that never selected
+ *   one has device 0 current: restoring it makes device 0's primary context if it had none,
+ *   so select your device in every thread that calls a cache of another device). The few
+ *   most recent device pointers are remembered by address: free a buffer of this device and
+ *   get the same address from cudaMalloc on another, and the cache would take it for its own. A device `out` must be 2-byte
+ *   aligned. offsets should be a host array, pinned or not (n_tables + 1 small integers,
+ *   read where they are): device offsets cost one small copy to the host and a wait on the
+ *   stream (refused while the stream is being captured). What memory a pointer is, is asked
+ *   of CUDA at every call, except for device memory, remembered for the few most recent
+ *   pointers.
  *   Streams: a lookup is one kernel on `stream` (a cudaStream_t; NULL = the default stream)
  *   plus an event record, and returns without waiting for the device unless a host buffer has
  *   to be filled: lookups from any number of streams and threads run on the device at once.
  *   Read `out` after synchronizing `stream`. A cache keeps up to 16 calls in flight (each
  *   with its scratch); a call made while 16 are still running on the device first waits, on
- *   the host, for the oldest one. Every change to the cache (admitting a lookup's
- *   misses, eviction, emc_insert, emc_flush) runs on the cache's own writer stream, one after
- *   another, beside the lookups; a lookup's misses are admitted there after it, asynchronously,
- *   so the next lookup of the same rows may still miss. Readers validate every row they copy
- *   (lib/emc_item.h): a lookup never returns a torn row or another key's row.
- *   Graphs: lookups can be captured into a CUDA graph; the writer call that admits the
- *   captured lookup's misses is captured behind it (ordered with the writer stream's calls by
- *   a device-side lock when the graph runs). Each captured lookup keeps a scratch buffer of
- *   its own until the cache is destroyed; run the graph only while the cache lives.
+ *   the host, for the oldest one (counted in stats.host_syncs, with every other wait the
+ *   library makes). Every change to the cache (admitting a lookup's misses, eviction,
+ *   emc_insert, emc_flush, the training calls' updates) is a writer call; writer calls run
+ *   one after another on the cache's own writer stream, beside the lookups, ordered by stream
+ *   order and events (no kernel ever waits for another kernel, stream or the host); a
+ *   lookup's misses are admitted there after it, asynchronously, so the next lookup of the
+ *   same rows may still miss. Readers validate every row they copy (lib/emc_item.h): a
+ *   lookup never returns a torn row or another key's row.
+ *   Graphs: lookups and the training calls can be captured into a CUDA graph (with device or
+ *   pinned buffers; pageable ones are refused with EMC_EINVAL under capture). The writer
+ *   calls of a capture are captured with it, each after the previous one of the same cache
+ *   in the same capture; the graph, when launched, first waits for the writer calls enqueued
+ *   (and the graphs launched) before its launch, and writer calls enqueued after its launch
+ *   wait for its own. That order is taken when a call is enqueued or a graph launched: launch
+ *   a graph holding calls of a cache while no other thread is inside a call of that cache or
+ *   launching such a graph. Writer calls found running at once anyway are counted on the
+ *   device and make the next emc_flush return EMC_ECUDA. Each captured call keeps a scratch
+ *   buffer of its own, freed by the cache's next call once every graph holding it (the
+ *   captured graph and each one instantiated from it) is destroyed and done; destroy those
+ *   graphs before the cache. So two graphs instantiated from one capture share that buffer:
+ *   never run them at once. At most 8 captures holding calls of one cache may be under way
+ *   at the same time. A call on a stream whose capture was invalidated returns EMC_ECUDA.
  *   Store rows: the store's row memory is registered and mapped: the device reads missing
  *   rows from host memory directly and writes dirty rows back there. emc_store_read of an
  *   attached store sees written-back rows once emc_flush (which waits) has returned.
@@ -90,10 +111,10 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 #define EMC_VERSION_MAJOR 0
-#define EMC_VERSION_MINOR 2
+#define EMC_VERSION_MINOR 3
 #define EMC_VERSION_PATCH 0
 #define EMC_VERSION_NUMBER (EMC_VERSION_MAJOR * 10000 + EMC_VERSION_MINOR * 100 + EMC_VERSION_PATCH)
-#define EMC_VERSION_STRING "0.2.0"
+#define EMC_VERSION_STRING "0.3.0"
 
 /* Runtime version of the linked library, EMC_VERSION_NUMBER's encoding. */
 EMC_API unsigned emc_version(void);
@@ -388,9 +409,10 @@ EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t 
  * asynchronous calls since the last flush met, the first as the status and all in the detail:
  * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training
  * calls or inserts refused on the device (they changed nothing), EMC_ECAPACITY for a refused
- * emc_apply_gradients batch or rows prefetches could not pin. Errors: EMC_EINVAL (NULL),
- * EMC_ENOMEM (CUDA: a copy of the counters), EMC_ECUDA, EMC_EDEVMEM (a CUDA call failed); the
- * host backend never fails on a valid cache. Blocking. */
+ * emc_apply_gradients batch or rows prefetches could not pin, EMC_ECUDA for writer calls that
+ * ran at once (see "CUDA backend", Graphs). Errors: EMC_EINVAL (NULL; CUDA backend: stream is
+ * being captured, since the call waits), EMC_ENOMEM (CUDA: a copy of the counters), EMC_ECUDA,
+ * EMC_EDEVMEM (a CUDA call failed); the host backend never fails on a valid cache. Blocking. */
 EMC_API emc_status emc_flush(emc_cache *c, void *stream);
 
 typedef struct emc_stats {
@@ -420,6 +442,12 @@ typedef struct emc_stats {
   uint64_t pin_shortfall;  /* distinct rows emc_prefetch could not pin (the pin budget; host
                               backend: also a key held by another, pinned id) */
   uint64_t gradient_rows;  /* distinct rows emc_apply_gradients updated */
+  uint64_t host_syncs;     /* CUDA backend: times a call waited, on the host, for the device
+                              (a stream or event synchronize, a blocking copy the library made
+                              itself: host buffers, device offsets, 16 calls in flight, slot
+                              growth, emc_flush), emc_get_stats' own waits not counted: two
+                              readings differ by what the calls between them waited; 0 on
+                              the host backend */
 } emc_stats;
 
 /* Read counters (monotonic) and gauges (now). CUDA backend: read through a private stream
@@ -494,7 +522,8 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * emc_prefetch or emc_flush (and counted in stats.pin_shortfall). The first prefetch of a
  * larger batch than any before grows the pin lists (one wait for the writer stream): it cannot
  * be captured into a graph, and graphs captured from the cache fix the largest batch.
- * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32), EMC_ERANGE (a
+ * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32; CUDA backend:
+ * n >= 2^31 - 1, the bound of CUB's sort), EMC_ERANGE (a
  * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
  * then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
  * id; the other rows are pinned), EMC_ENOMEM,
@@ -529,7 +558,8 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  * Errors: EMC_EINVAL (NULL cache / grads with ids / opt, bad offsets, opt->struct_size not
  * sizeof(emc_optimizer), an unknown kind or merge, lr, eps or initial_accumulator NaN or
  * infinite, eps or initial_accumulator negative, row-wise Adagrad with ids in a table without
- * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32),
+ * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32 (CUDA
+ * backend: n >= 2^31 - 1, the bound of CUB's sort)),
  * EMC_ERANGE (a dense id >= rows, a hashed table would exceed its capacity), EMC_ECAPACITY
  * (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are found before anything changes. */
 EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -547,7 +577,8 @@ EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const 
  * Host backend: host pointers, stream NULL; blocking. CUDA backend: device or host pointers;
  * with device buffers asynchronous on stream (unique_offsets may be read once stream has
  * completed; with host buffers the call waits).
- * Errors: EMC_EINVAL (NULL arguments with ids, bad offsets, n >= 2^32), EMC_ERANGE (a dense id
+ * Errors: EMC_EINVAL (NULL arguments with ids, bad offsets, n >= 2^32; CUDA backend:
+ * n >= 2^31 - 1, the bound of CUB's sort), EMC_ERANGE (a dense id
  * >= rows; CUDA with device ids: the next emc_flush), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA.
  * Outputs are untouched on error. */
 EMC_API emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,

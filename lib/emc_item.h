@@ -32,16 +32,32 @@
  * atomics and validated by re-reading the version after an acquire fence: plain reads of
  * data a writer may be changing would be a data race in C11. On x86-64 and on the GPU
  * these compile to plain loads. */
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDA_ARCH__) && defined(EMCSIM)
+/* the CPU model of the device (cuda/sim/): the device's accesses, instrumented */
+#define EMC_LD_RELAXED(p) emcsim::ld((p), __ATOMIC_RELAXED, "ld.volatile")
+#define EMC_LD_ACQUIRE(p) emc__ld_acq_dev(p)
+#define EMC_ST_RELAXED(p, v) emcsim::st((p), (__typeof__(*(p)))(v), __ATOMIC_RELAXED, "st.volatile")
+#define EMC_ST_RELEASE(p, v) (__threadfence(), EMC_ST_RELAXED((p), (v)))
+#define EMC_FENCE_ACQUIRE() __threadfence()
+#define EMC_FENCE_RELEASE() __threadfence()
+#elif defined(__CUDA_ARCH__)
 #define EMC_LD_RELAXED(p) (*(volatile __typeof__(*(p)) *)(p))
 #define EMC_LD_ACQUIRE(p) emc__ld_acq_dev(p)
 #define EMC_ST_RELAXED(p, v) (*(volatile __typeof__(*(p)) *)(p) = (v))
 #define EMC_ST_RELEASE(p, v) (__threadfence(), *(volatile __typeof__(*(p)) *)(p) = (v))
 #define EMC_FENCE_ACQUIRE() __threadfence()
 #define EMC_FENCE_RELEASE() __threadfence()
+#endif
+#if defined(__CUDA_ARCH__)
 /* ld.acquire.gpu: orders the loads after it without a full fence (membar) per load.
- * C++ overloads (this header may be included inside extern "C"). */
+ * C++ overloads (this header may be included inside extern "C"). Under the CPU model of the
+ * device (EMCSIM, cuda/sim/), an acquire load of the same strength, instrumented. */
 extern "C++" {
+#if defined(EMCSIM)
+template <typename T> __device__ __forceinline__ T emc__ld_acq_dev(const T *p) {
+  return emcsim::ld(p, __ATOMIC_ACQUIRE, "ld.acquire.gpu");
+}
+#else
 __device__ __forceinline__ uint64_t emc__ld_acq_dev(const uint64_t *p) {
   uint64_t v;
   asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -52,6 +68,7 @@ __device__ __forceinline__ uint32_t emc__ld_acq_dev(const uint32_t *p) {
   asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+#endif
 }
 #else
 #define EMC_LD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
@@ -285,6 +302,16 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
  * re-pack moved K towards its home and another id's unified entry into pos, and the reader,
  * seeing a unified entry of another id, served K's store row while K's newer row was dirty in
  * the cache (tests/test_protocol.c forces that interleaving).
+ * Forward progress (the rule every waiting loop of host and device keeps): no reader or writer
+ * ever waits (spins, or retries without bound) for a state that is opened by one kernel and
+ * closed by another, by the host, or by a kernel of another stream; CUDA guarantees no
+ * progress between kernels or streams. A reader may only wait for a write that a running
+ * thread has begun and finishes without waiting itself: a BUSY lm (one writer's store
+ * sequence), a write-back cell (cuda/dev.cuh), a re-pack step (begun and ended inside one
+ * kernel: cuda/maint.cu). Its retries back off (__nanosleep on the device, sched_yield on the
+ * host). Device writer calls are ordered by stream order and events, never by a device lock
+ * (cuda/cache_cuda.cu, "Streams and ordering"). The CPU model of the device (cuda/sim/) stops
+ * a kernel that waits longer than its watchdog allows and reports it.
  * Writer protocol (all writers of a cache are serialized; release fences order the steps):
  *   admit    write the row (and owner) into a free slot; fence; lm = (slot, fresh meta);
  *            fence; key = K.  (The device claims a free position by CAS on the key first,

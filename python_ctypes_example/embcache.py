@@ -114,7 +114,7 @@ _STAT_FIELDS = ("lookups", "hits", "misses", "absent", "admissions", "admit_skip
                 "evictions", "writebacks", "evict_passes", "retries", "unified_hits",
                 "rows_cached", "bytes_in_use", "bytes_reserved", "capacity_bytes",
                 "index_bytes", "dirty_rows", "prefetched", "pinned_rows", "pinned_bytes",
-                "pin_shortfall", "gradient_rows")
+                "pin_shortfall", "gradient_rows", "host_syncs")
 
 
 class _Stats(ctypes.Structure):

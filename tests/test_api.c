@@ -554,9 +554,9 @@ START_TEST(status_names_and_texts) {
   ck_assert_str_eq(emc_status_name((emc_status)-1), "EMC_UNKNOWN");
   ck_assert_str_eq(emc_status_name((emc_status)1000000), "EMC_UNKNOWN");
   ck_assert_uint_eq(emc_version(), EMC_VERSION_NUMBER);
-  ck_assert_uint_eq(emc_version(), 200);
+  ck_assert_uint_eq(emc_version(), 300);
   ck_assert_str_eq(emc_version_string(), EMC_VERSION_STRING);
-  ck_assert_str_eq(emc_version_string(), "0.2.0");
+  ck_assert_str_eq(emc_version_string(), "0.3.0");
   ck_assert_ptr_nonnull(emc_last_error_detail());
 }
 END_TEST
