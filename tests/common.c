@@ -34,6 +34,15 @@ char *emct_tmpdir(char *buf, size_t cap) {
   return buf;
 }
 
+int emct_gpu_quick(void) {
+#ifdef EMCT_CUDASIM
+  return 1;
+#else
+  const char *q = getenv("EMC_TEST_QUICK");
+  return q && q[0] && strcmp(q, "0") != 0;
+#endif
+}
+
 int emct_gpu_present(const char *suite) {
   int n = 0;
   if (emc_device_count(&n) == EMC_OK && n > 0) return 1;

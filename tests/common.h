@@ -50,6 +50,18 @@ static inline uint64_t emct_scale(uint64_t n, uint64_t div) {
   return m ? m : 1;
 }
 
+/* GPU suites run smaller on the CPU model of the device (cuda/sim/, a build with
+ * -DEMC_CUDASIM=ON: EMCT_CUDASIM) and with EMC_TEST_QUICK=1 in the environment (a short run on
+ * a lent device, scripts/gpu-check.sh): fewer iterations and smaller caches, the same checks. */
+int emct_gpu_quick(void);
+/* n normally; about n / div (at least 1) when emct_gpu_quick(). */
+static inline uint64_t emct_gpu_scale(uint64_t n, uint64_t div) {
+  uint64_t m;
+  if (!emct_gpu_quick()) return n;
+  m = n / div;
+  return m ? m : 1;
+}
+
 /* Timeout in seconds for tcase_set_timeout: longer under sanitizers. */
 static inline double emct_timeout(double normal_s) { return EMCT_SANITIZED ? normal_s * 4 : normal_s; }
 

@@ -7,8 +7,8 @@
  *              trainer's pipeline prefetch(i+1) -> lookup(i) -> apply(i); prefetch depth 1
  *              and 2, SGD with SUM and MEAN: every lookup returns bitwise the reference's
  *              rows, a lookup of a batch whose prefetch pinned every row is all hits, and
- *              after emc_flush the store is bitwise the reference. Row-wise Adagrad: rows and
- *              accumulators within 1e-6 relative of the reference (bitwise on the host).
+ *              after emc_flush the store is bitwise the reference; row-wise Adagrad too, rows
+ *              and accumulators (the header promises bitwise results on both backends).
  *   pins       prefetched rows survive floods of other rows inside their window and are
  *              evictable after it; pinned bytes stay within t2 * capacity after every call;
  *              an over-large prefetch returns EMC_ECAPACITY, pins what fits, and lookups of
@@ -22,8 +22,16 @@
  *              lookup and those started by its end (label threads: TSan).
  *
  * Compiled with EMCT_GPU it is test_gpu_train (label gpu): the caches are CUDA caches driven
- * from device buffers (ids, offsets, grads, out) on a stream, as a trainer would; it exits 77
- * where no device answers.
+ * from device buffers (ids, offsets, grads, out) on a stream, as a trainer would, waiting for
+ * the stream after each call to check it; it exits 77 where no device answers. It adds
+ *   pipelined  the training runs again with nothing waited for between steps: every batch in
+ *              device memory, host offsets, prefetch(i+1) on a side stream, lookup(i) and
+ *              apply(i) on the main one, one wait at the end; every lookup's rows, and the
+ *              store after emc_flush, bitwise those of a host backend cache fed the same steps.
+ * and runs the threads case with a stream and device buffers per thread. Its tests run in the
+ * test process (CK_NOFORK: CUDA does not survive fork). On the CPU model of the device
+ * (cuda/sim/) or with EMC_TEST_QUICK=1 (emct_gpu_quick) runs are shorter and caches smaller,
+ * with the same checks.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -40,10 +48,8 @@
 
 #include "emc_cuda.h"
 #define BACKEND EMC_BACKEND_CUDA
-#define EMCT_GPU_BUILD 1
 #else
 #define BACKEND EMC_BACKEND_HOST
-#define EMCT_GPU_BUILD 0
 #endif
 
 #define MAX_T 4u
@@ -499,6 +505,12 @@ static const mtab TRAIN_TABLES[4] = {
     {EMC_TABLE_HASHED, 5000, 4000, 3000, 5, EMC_DTYPE_F16},
 };
 
+/* Steps of a training run: 300 (100 under a sanitizer); on the CPU model of the device (or
+ * EMC_TEST_QUICK=1) 30 (15): the same checks, the cache evicting and pinning within a few
+ * steps. The cache's structure is checked every check_every() steps and at the end. */
+static uint64_t train_steps(void) { return emct_gpu_quick() ? emct_scale(30, 2) : emct_scale(300, 3); }
+static uint64_t check_every(void) { return emct_gpu_quick() ? 10 : 50; }
+
 START_TEST(training_matches_reference) {
   const tcfg *tc = &TCFG[_i];
   model m;
@@ -509,7 +521,7 @@ START_TEST(training_matches_reference) {
   emc_stats s0, s1;
   unsigned char *out;
   uint8_t *where;
-  uint64_t per_table = 96, steps = emct_scale(300, 3), i, hits_checked = 0, store_hits = 0;
+  uint64_t per_table = 96, steps = train_steps(), i, hits_checked = 0, store_hits = 0;
   size_t capacity;
   emc_status st, pst;
   int pinned_all[2] = {0, 0};
@@ -594,7 +606,7 @@ START_TEST(training_matches_reference) {
     ck_assert_msg(st == EMC_OK, "step %llu apply: %s (%s)", (unsigned long long)i,
                   emc_status_name(st), emc_last_error_detail());
     model_apply(&m, cur, &o);
-    if (i % 50 == 49) check_structure(c);
+    if (i % check_every() == check_every() - 1) check_structure(c);
   }
   ck_assert_msg(hits_checked > 0, "no batch was pinned whole: the test does not test pins");
   s1 = stats_of(c);
@@ -604,9 +616,9 @@ START_TEST(training_matches_reference) {
   ck_assert_uint_le(s1.pinned_bytes, low_bytes_of(c, capacity));
   check_structure(c);
   EMCT_OK(emc_flush(c, NULL));
-  check_store(&m, tc->kind == EMC_OPT_SGD || !EMCT_GPU_BUILD ? 0.0 : 1e-6, "after flush");
+  check_store(&m, 0.0, "after flush");
   EMCT_OK(emc_cache_destroy(c));
-  check_store(&m, tc->kind == EMC_OPT_SGD || !EMCT_GPU_BUILD ? 0.0 : 1e-6, "after destroy");
+  check_store(&m, 0.0, "after destroy");
   io_free(&x);
   free(out);
   free(where);
@@ -617,10 +629,191 @@ START_TEST(training_matches_reference) {
 }
 END_TEST
 
+#ifdef EMCT_GPU
+/* ------------------------------------------------------------------ pipelined
+ * The trainer's loop as it runs on a GPU: every batch's ids and gradients in device memory
+ * (uploaded before the loop), offsets on the host (read by the call: no wait), prefetch(i + 1)
+ * on a side stream, lookup(i) into a device buffer of its own and apply(i) on the main stream,
+ * and nothing waited for by the test until the last step is enqueued. The same steps on a host
+ * backend cache over an identical store give the expected rows: every lookup's rows bitwise
+ * (and its absent positions), and after emc_flush both stores bitwise the reference, rows,
+ * accumulators and id counts. */
+static void stores_same_counts(const model *a, const model *b, const char *what) {
+  uint32_t t;
+  for (t = 0; t < a->n; t++) {
+    uint64_t na = 0, nb = 0;
+    EMCT_OK(emc_store_table_count(a->store, t, &na));
+    EMCT_OK(emc_store_table_count(b->store, t, &nb));
+    ck_assert_msg(na == nb, "%s: table %u holds %llu ids, the host backend's store %llu", what, t,
+                  (unsigned long long)na, (unsigned long long)nb);
+  }
+}
+
+/* emc_flush: OK, or the pin shortfall of an asynchronous prefetch (then a second flush is OK). */
+static void flush_after_prefetches(emc_cache *c, const char *what) {
+  emc_status st = emc_flush(c, NULL);
+  if (st == EMC_ECAPACITY) {
+    ck_assert_msg(strstr(emc_last_error_detail(), "pin budget") != NULL, "%s: flush: %s", what,
+                  emc_last_error_detail());
+    st = emc_flush(c, NULL);
+  }
+  ck_assert_msg(st == EMC_OK, "%s: flush: %s (%s)", what, emc_status_name(st), emc_last_error_detail());
+}
+
+START_TEST(training_pipelined_matches_host) {
+  const tcfg *tc = &TCFG[_i];
+  const emc_row_state state = tc->kind == EMC_OPT_ROWWISE_ADAGRAD ? EMC_STATE_ADAGRAD : EMC_STATE_NONE;
+  const uint64_t per_table = 96, steps = train_steps(), nmax = MAX_T * per_table;
+  model m, mh; /* m: the reference, and the store of the CUDA cache; mh: the host cache's */
+  batch *b = calloc(steps + 1, sizeof *b);
+  emc_cache *c = NULL, *h = NULL;
+  emc_cache_config cfg;
+  emc_optimizer o;
+  emc_stats sg, sh;
+  size_t capacity, ob;
+  unsigned char *hout, *gout;
+  uint8_t *hwhere, *gwhere;
+  unsigned char *dids, *dgrads, *dout, *dwhere;
+  cudaStream_t st, ps;
+  emc_status s;
+  uint64_t i, p;
+  ck_assert(b);
+  model_init(&m, TRAIN_TABLES, 4, state, 2000 + (uint64_t)_i);
+  model_init(&mh, TRAIN_TABLES, 4, state, 2000 + (uint64_t)_i);
+  capacity = (size_t)(model_bytes(&m) * 0.04);
+  emc_cache_config_init(&cfg);
+  cfg.capacity_bytes = capacity;
+  cfg.prefetch_depth = tc->depth;
+  cfg.key_bits = tc->key_bits;
+  cfg.backend = EMC_BACKEND_CUDA;
+  EMCT_OK(emc_cache_create(m.store, &cfg, &c));
+  cfg.backend = EMC_BACKEND_HOST;
+  EMCT_OK(emc_cache_create(mh.store, &cfg, &h));
+  emc_optimizer_init(&o);
+  o.kind = tc->kind;
+  o.merge = tc->merge;
+  o.lr = tc->kind == EMC_OPT_SGD ? 0.05f : 0.1f;
+  o.eps = 1e-6f;
+  o.initial_accumulator = tc->kind == EMC_OPT_SGD ? 0.0f : 0.01f;
+  for (i = 0; i <= steps; i++) {
+    batch_alloc(&b[i], &m, per_table);
+    batch_make(&b[i], &m, per_table);
+  }
+  ob = b[0].out_bytes; /* every batch: per_table ids a table */
+  hout = malloc(steps * ob);
+  gout = malloc(steps * ob);
+  hwhere = malloc(steps * nmax);
+  gwhere = malloc(steps * nmax);
+  ck_assert(hout && gout && hwhere && gwhere);
+
+  /* the host backend, step by step, against the reference */
+  s = emc_prefetch(h, b[0].ids, b[0].offsets, NULL);
+  ck_assert_msg(s == EMC_OK || s == EMC_ECAPACITY, "host prefetch: %s", emc_status_name(s));
+  for (i = 0; i < steps; i++) {
+    uint32_t t;
+    s = emc_prefetch(h, b[i + 1].ids, b[i + 1].offsets, NULL);
+    ck_assert_msg(s == EMC_OK || s == EMC_ECAPACITY, "host step %llu prefetch: %s", (unsigned long long)i,
+                  emc_status_name(s));
+    EMCT_OK(emc_lookup_ex(h, b[i].ids, b[i].offsets, hout + i * ob, hwhere + i * nmax, NULL));
+    check_rows(&m, &b[i], hout + i * ob, "host lookup", (int)i);
+    for (t = 0; t < m.n; t++)
+      for (p = b[i].offsets[t]; p < b[i].offsets[t + 1]; p++)
+        ck_assert_msg((hwhere[i * nmax + p] == EMC_WHERE_ABSENT) == !m.present[t][b[i].ranks[p]],
+                      "host step %llu position %llu: where %d", (unsigned long long)i,
+                      (unsigned long long)p, hwhere[i * nmax + p]);
+    EMCT_OK(emc_apply_gradients(h, b[i].ids, b[i].offsets, b[i].grads, &o, NULL));
+    model_apply(&m, &b[i], &o);
+  }
+  EMCT_OK(emc_flush(h, NULL));
+
+  /* the CUDA cache: everything in device memory, enqueued without a wait */
+  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking));
+  CUDA_OK(cudaMalloc((void **)&dids, (steps + 1) * nmax * 8));
+  CUDA_OK(cudaMalloc((void **)&dgrads, steps * nmax * 16 * 4));
+  CUDA_OK(cudaMalloc((void **)&dout, steps * ob));
+  CUDA_OK(cudaMalloc((void **)&dwhere, steps * nmax));
+  for (i = 0; i <= steps; i++) {
+    CUDA_OK(cudaMemcpy(dids + i * nmax * 8, b[i].ids, b[i].n * 8, cudaMemcpyHostToDevice));
+    if (i < steps)
+      CUDA_OK(cudaMemcpy(dgrads + i * nmax * 64, b[i].grads, b[i].grad_floats * 4, cudaMemcpyHostToDevice));
+  }
+  s = emc_prefetch(c, (const uint64_t *)dids, b[0].offsets, ps);
+  ck_assert_msg(s == EMC_OK, "prefetch 0: %s (%s)", emc_status_name(s), emc_last_error_detail());
+  for (i = 0; i < steps; i++) {
+    /* a prefetch returns the pin shortfall of the one before (asynchronous) */
+    s = emc_prefetch(c, (const uint64_t *)(dids + (i + 1) * nmax * 8), b[i + 1].offsets, ps);
+    ck_assert_msg(s == EMC_OK || (s == EMC_ECAPACITY && strstr(emc_last_error_detail(), "pin budget")),
+                  "step %llu prefetch: %s (%s)", (unsigned long long)i, emc_status_name(s),
+                  emc_last_error_detail());
+    s = emc_lookup_ex(c, (const uint64_t *)(dids + i * nmax * 8), b[i].offsets, dout + i * ob,
+                      dwhere + i * nmax, st);
+    ck_assert_msg(s == EMC_OK, "step %llu lookup: %s (%s)", (unsigned long long)i, emc_status_name(s),
+                  emc_last_error_detail());
+    s = emc_apply_gradients(c, (const uint64_t *)(dids + i * nmax * 8), b[i].offsets,
+                            dgrads + i * nmax * 64, &o, st);
+    ck_assert_msg(s == EMC_OK, "step %llu apply: %s (%s)", (unsigned long long)i, emc_status_name(s),
+                  emc_last_error_detail());
+  }
+  CUDA_OK(cudaStreamSynchronize(ps));
+  CUDA_OK(cudaStreamSynchronize(st));
+  CUDA_OK(cudaMemcpy(gout, dout, steps * ob, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(gwhere, dwhere, steps * nmax, cudaMemcpyDeviceToHost));
+  for (i = 0; i < steps; i++) {
+    long d = emct_first_diff(gout + i * ob, hout + i * ob, b[i].out_bytes);
+    ck_assert_msg(d < 0, "step %llu: the lookup's byte %ld differs from the host backend's", (unsigned long long)i, d);
+    for (p = 0; p < b[i].n; p++)
+      ck_assert_msg((gwhere[i * nmax + p] == EMC_WHERE_ABSENT) == (hwhere[i * nmax + p] == EMC_WHERE_ABSENT),
+                    "step %llu position %llu: where %d, the host backend's %d", (unsigned long long)i,
+                    (unsigned long long)p, gwhere[i * nmax + p], hwhere[i * nmax + p]);
+  }
+  flush_after_prefetches(c, "pipelined");
+  EMCT_OK(emc_get_stats(c, &sg));
+  EMCT_OK(emc_get_stats(h, &sh));
+  ck_assert_uint_eq(sg.gradient_rows, sh.gradient_rows);
+  ck_assert_uint_gt(sg.evictions, 0);
+  ck_assert_uint_gt(sg.prefetched, 0);
+  check_structure(c);
+  check_store(&m, 0.0, "pipelined, after flush");
+  {
+    model t = m; /* the host backend's store against the same reference */
+    t.store = mh.store;
+    check_store(&t, 0.0, "host backend, after flush");
+  }
+  stores_same_counts(&m, &mh, "after flush");
+  EMCT_OK(emc_cache_destroy(c));
+  EMCT_OK(emc_cache_destroy(h));
+  check_store(&m, 0.0, "pipelined, after destroy");
+  stores_same_counts(&m, &mh, "after destroy");
+  CUDA_OK(cudaStreamDestroy(st));
+  CUDA_OK(cudaStreamDestroy(ps));
+  CUDA_OK(cudaFree(dids));
+  CUDA_OK(cudaFree(dgrads));
+  CUDA_OK(cudaFree(dout));
+  CUDA_OK(cudaFree(dwhere));
+  for (i = 0; i <= steps; i++) batch_free(&b[i]);
+  free(b);
+  free(hout);
+  free(gout);
+  free(hwhere);
+  free(gwhere);
+  model_free(&m);
+  model_free(&mh);
+}
+END_TEST
+#endif
+
 /* ------------------------------------------------------------------ pins */
 static const mtab PIN_TABLE[1] = {{EMC_TABLE_DENSE, 60000, 0, 0, 16, EMC_DTYPE_F32}};
-#define PIN_CAPACITY (64u << 10) /* 1024 rows of 64 bytes; t2 = 0.8: 819 rows pinned at most */
-#define PIN_BATCH 200u
+/* The cache: 64 KiB, 1,024 rows of 64 bytes (t2 = 0.8: 819 rows pinned at most); prefetches of
+ * PIN_BATCH = 200 rows, 8 rounds of a prefetch and a flood of 10,000 other rows (20 lookups).
+ * On the model of the device (emct_gpu_quick) the same proportions at half the size: 32 KiB
+ * (409 rows pinned at most), 100 rows, floods of 1,500 rows (three times what the cache holds)
+ * and depth + 3 rounds (the expiry checked in the last two). */
+#define PIN_CAPACITY ((size_t)(emct_gpu_quick() ? 32u << 10 : 64u << 10))
+#define PIN_BATCH (emct_gpu_quick() ? 100u : 200u)
+static uint32_t pin_rounds(uint32_t depth) { return emct_gpu_quick() ? depth + 3u : 8u; }
+static uint64_t pin_flood(void) { return emct_gpu_quick() ? 1500u : 10000u; }
 
 /* Batch of the consecutive ids [first, first + n) (one table). */
 static void range_batch(batch *b, uint64_t first, uint64_t n) {
@@ -670,7 +863,7 @@ START_TEST(pins_hold_through_window_then_expire) {
   batch_alloc(&b, &m, 2000);
   batch_alloc(&f, &m, 2000);
   io_init(&x, 2000, 2000 * 64, 2000 * 16);
-  for (k = 0; k < 8; k++) {
+  for (k = 0; k < pin_rounds(depth); k++) {
     emc_stats s;
     range_batch(&b, (uint64_t)k * PIN_BATCH, PIN_BATCH);
     EMCT_OK(do_prefetch(&x, c, &b, 1));
@@ -679,7 +872,7 @@ START_TEST(pins_hold_through_window_then_expire) {
     ck_assert_uint_eq(s.pinned_rows, PIN_BATCH * (k + 1 < depth + 1 ? k + 1 : depth + 1));
     ck_assert_uint_eq(s.pinned_bytes, s.pinned_rows * 64);
     /* 10,000 other rows, 20 calls: everything unpinned is evicted */
-    flood(&x, c, &m, &f, 40000, 10000, out, where);
+    flood(&x, c, &m, &f, 40000, pin_flood(), out, where);
     check_structure(c);
     for (j = k >= depth ? k - depth : 0; j <= k; j++) { /* the live window: all resident */
       range_batch(&f, (uint64_t)j * PIN_BATCH, PIN_BATCH);
@@ -722,7 +915,7 @@ START_TEST(over_large_prefetch) {
   low = low_bytes_of(c, PIN_CAPACITY);
   batch_alloc(&b, &m, 2000);
   io_init(&x, 2000, 2000 * 64, 2000 * 16);
-  range_batch(&b, 1000, 1500); /* 1,500 rows of 64 bytes > 819 */
+  range_batch(&b, 1000, 1500); /* 1,500 rows of 64 bytes > 819 (quick: 409) */
   s0 = stats_of(c);
   st = do_prefetch(&x, c, &b, 1);
 #ifdef EMCT_GPU
@@ -812,6 +1005,9 @@ START_TEST(dedup_first_occurrence_and_inverse) {
     for (t = 0; t < MAX_T; t++) /* the first batch empty, the second with empty segments */
       counts[t] = it == 0 || (it == 1 && t % 2 == 1) ? 0 : emct_rng_below(&m.rng, 401);
     batch_make_counts(&b, &m, counts);
+    if (it == 2) /* every table one id, repeated: each run, the batch's last one too, repeats */
+      for (t = 0; t < m.n; t++)
+        for (p = b.offsets[t]; p < b.offsets[t + 1]; p++) b.ids[p] = b.ids[b.offsets[t]];
     memset(uids, 0xcd, 1600 * sizeof *uids);
     EMCT_OK(do_dedup(&x, c, &b, m.n, uids, uoffs, inv));
     ck_assert_uint_eq(uoffs[0], 0);
@@ -1136,8 +1332,10 @@ START_TEST(file_version_2_keeps_state) {
 }
 END_TEST
 
-/* ------------------------------------------------------------------ threads */
-#ifndef EMCT_GPU
+/* ------------------------------------------------------------------ threads
+ * GPU build: every thread has its own stream and device buffers (ids, gradients, out, dedup's
+ * outputs; offsets on the host); the trainer waits for its stream after each apply before it
+ * counts the step done, a reader after each lookup or dedup before it checks. */
 #define TH_READERS 3
 static const mtab TH_TABLES[2] = {{EMC_TABLE_DENSE, 3000, 0, 0, 8, EMC_DTYPE_F32},
                                   {EMC_TABLE_HASHED, 2000, 1500, 1500, 4, EMC_DTYPE_F32}};
@@ -1156,7 +1354,34 @@ typedef struct th_worker {
   emct_rng rng;
   char fail[512];
   uint64_t rows_checked, iters;
+#ifdef EMCT_GPU
+  cudaStream_t st;
+  void *ids, *grads, *out, *uids, *uoffs, *inv; /* device buffers: two batches of MAX_T x 64 ids */
+#endif
 } th_worker;
+
+/* Trainer steps: 400 (50 under a sanitizer); on the model of the device 40 (20). */
+static uint64_t th_iters(void) { return emct_gpu_quick() ? emct_scale(40, 2) : emct_scale(400, 8); }
+
+#ifdef EMCT_GPU
+static int th_dev_init(th_worker *w) {
+  const size_t n = 2 * MAX_T * 64;
+  return cudaStreamCreateWithFlags(&w->st, cudaStreamNonBlocking) == cudaSuccess &&
+         cudaMalloc(&w->ids, n * 8) == cudaSuccess && cudaMalloc(&w->grads, n * 8 * 4) == cudaSuccess &&
+         cudaMalloc(&w->out, n * 8 * 4) == cudaSuccess && cudaMalloc(&w->uids, n * 8) == cudaSuccess &&
+         cudaMalloc(&w->uoffs, (MAX_T + 1) * 8) == cudaSuccess && cudaMalloc(&w->inv, n * 4) == cudaSuccess;
+}
+
+static void th_dev_free(th_worker *w) {
+  if (w->st) cudaStreamDestroy(w->st);
+  cudaFree(w->ids);
+  cudaFree(w->grads);
+  cudaFree(w->out);
+  cudaFree(w->uids);
+  cudaFree(w->uoffs);
+  cudaFree(w->inv);
+}
+#endif
 
 static float th_base(uint32_t t, uint64_t r, uint32_t j) {
   return (float)((t * 131u + r * 7u + j * 3u) % 997u);
@@ -1174,20 +1399,35 @@ static void *th_trainer(void *arg) {
   model *m = sh->m;
   batch b[2];
   emc_optimizer o;
-  uint64_t it, iters = emct_scale(400, 8), p;
+  uint64_t it, iters = th_iters(), p;
   uint32_t t;
   char msg[256];
+#ifdef EMCT_GPU
+  const size_t half = MAX_T * 64; /* ids (and gradient rows of 8 floats) of one batch */
+#endif
   emc_optimizer_init(&o);
   o.lr = -1.0f;
   batch_alloc(&b[0], m, 64);
   batch_alloc(&b[1], m, 64);
   batch_make(&b[0], m, 64);
+#ifdef EMCT_GPU
+  if (cudaMemcpyAsync(w->ids, b[0].ids, b[0].n * 8, cudaMemcpyHostToDevice, w->st) != cudaSuccess)
+    th_fail(w, "trainer: ids copy failed");
+#endif
   for (it = 0; it < iters && !w->fail[0]; it++) {
     batch *cur = &b[it & 1], *nxt = &b[(it + 1) & 1];
     emc_status st;
     emc_stats s;
     batch_make(nxt, m, 64);
+#ifdef EMCT_GPU
+    /* (this buffer's last reader, the apply before, has completed: the stream was waited for) */
+    if (cudaMemcpyAsync((uint64_t *)w->ids + ((it + 1) & 1) * half, nxt->ids, nxt->n * 8,
+                        cudaMemcpyHostToDevice, w->st) != cudaSuccess)
+      th_fail(w, "trainer: ids copy failed");
+    st = emc_prefetch(sh->c, (uint64_t *)w->ids + ((it + 1) & 1) * half, nxt->offsets, w->st);
+#else
     st = emc_prefetch(sh->c, nxt->ids, nxt->offsets, NULL);
+#endif
     if (st != EMC_OK && st != EMC_ECAPACITY) {
       snprintf(msg, sizeof msg, "prefetch: %s", emc_status_name(st));
       th_fail(w, msg);
@@ -1196,7 +1436,17 @@ static void *th_trainer(void *arg) {
     for (t = 0; t < m->n; t++)
       for (p = cur->offsets[t]; p < cur->offsets[t + 1]; p++)
         __atomic_fetch_add(&sh->started[t][cur->ranks[p]], 1, __ATOMIC_RELEASE);
+#ifdef EMCT_GPU
+    if (cudaMemcpyAsync((float *)w->grads + (it & 1) * half * 8, cur->grads, cur->grad_floats * 4,
+                        cudaMemcpyHostToDevice, w->st) != cudaSuccess)
+      th_fail(w, "trainer: gradients copy failed");
+    st = emc_apply_gradients(sh->c, (uint64_t *)w->ids + (it & 1) * half, cur->offsets,
+                             (float *)w->grads + (it & 1) * half * 8, &o, w->st);
+    /* the update is done once the stream (which waits for the cache's writer call) is */
+    if (st == EMC_OK && cudaStreamSynchronize(w->st) != cudaSuccess) th_fail(w, "trainer: stream failed");
+#else
     st = emc_apply_gradients(sh->c, cur->ids, cur->offsets, cur->grads, &o, NULL);
+#endif
     if (st != EMC_OK) {
       snprintf(msg, sizeof msg, "apply: %s (%s)", emc_status_name(st), emc_last_error_detail());
       th_fail(w, msg);
@@ -1206,6 +1456,13 @@ static void *th_trainer(void *arg) {
         __atomic_fetch_add(&sh->done[t][cur->ranks[p]], 1, __ATOMIC_RELEASE);
     if (emc_get_stats(sh->c, &s) != EMC_OK || s.pinned_bytes > sh->low) th_fail(w, "pinned bytes over budget");
     w->iters++;
+  }
+  { /* what the device refused of the asynchronous calls (CUDA backend), before the readers stop */
+    emc_status st = emc_flush(sh->c, NULL);
+    if (st != EMC_OK && !(st == EMC_ECAPACITY && strstr(emc_last_error_detail(), "pin budget"))) {
+      snprintf(msg, sizeof msg, "flush: %s (%s)", emc_status_name(st), emc_last_error_detail());
+      th_fail(w, msg);
+    }
   }
   __atomic_store_n(&sh->stop, 1, __ATOMIC_RELEASE);
   batch_free(&b[0]);
@@ -1237,10 +1494,21 @@ static void *th_reader(void *arg) {
       }
       offs[t + 1] = k;
     }
+#ifdef EMCT_GPU
+    if (cudaMemcpyAsync(w->ids, ids, k * 8, cudaMemcpyHostToDevice, w->st) != cudaSuccess ||
+        emc_lookup(sh->c, w->ids, offs, w->out, w->st) != EMC_OK ||
+        cudaMemcpyAsync(out, w->out, (offs[1] * m->tb[0].dim + (k - offs[1]) * m->tb[1].dim) * 4,
+                        cudaMemcpyDeviceToHost, w->st) != cudaSuccess ||
+        cudaStreamSynchronize(w->st) != cudaSuccess) {
+      th_fail(w, "lookup failed");
+      break;
+    }
+#else
     if (emc_lookup(sh->c, ids, offs, out, NULL) != EMC_OK) {
       th_fail(w, "lookup failed");
       break;
     }
+#endif
     for (t = 0; t < 2; t++)
       for (p = offs[t]; p < offs[t + 1]; p++, row += m->tb[t].dim) {
         uint64_t hi = __atomic_load_n(&sh->started[t][ranks[p]], __ATOMIC_ACQUIRE);
@@ -1259,9 +1527,24 @@ static void *th_reader(void *arg) {
         w->rows_checked++;
       }
     if (emct_rng_below(&w->rng, 8) == 0) {
+#ifdef EMCT_GPU
+      /* (ids are still in w->ids: the lookup's stream was waited for) */
+      if (emc_dedup(sh->c, w->ids, offs, w->uids, w->uoffs, w->inv, w->st) != EMC_OK ||
+          cudaMemcpyAsync(uids, w->uids, k * 8, cudaMemcpyDeviceToHost, w->st) != cudaSuccess ||
+          cudaMemcpyAsync(uoffs, w->uoffs, 3 * 8, cudaMemcpyDeviceToHost, w->st) != cudaSuccess ||
+          cudaMemcpyAsync(inv, w->inv, k * 4, cudaMemcpyDeviceToHost, w->st) != cudaSuccess ||
+          cudaStreamSynchronize(w->st) != cudaSuccess) {
+        th_fail(w, "dedup failed");
+        break;
+      }
+#else
       if (emc_dedup(sh->c, ids, offs, uids, uoffs, inv, NULL) != EMC_OK) th_fail(w, "dedup failed");
+#endif
+      if (uoffs[0] != 0 || uoffs[1] > offs[1] || uoffs[2] < uoffs[1] || uoffs[2] - uoffs[1] > k - offs[1])
+        th_fail(w, "dedup offsets wrong");
       for (p = 0; p < k; p++)
-        if (uids[inv[p]] != ids[p]) th_fail(w, "dedup inverse wrong");
+        if (inv[p] >= uoffs[2] || uids[inv[p]] != ids[p] || (inv[p] < uoffs[1]) != (p < offs[1]))
+          th_fail(w, "dedup inverse wrong");
     }
     w->iters++;
   }
@@ -1301,12 +1584,18 @@ START_TEST(trainer_and_readers_concurrently) {
     wk[i].sh = &sh;
     wk[i].index = i;
     emct_rng_seed(&wk[i].rng, 500 + i);
+#ifdef EMCT_GPU
+    ck_assert_msg(th_dev_init(&wk[i]), "thread %u: no stream or device buffers", i);
+#endif
     ck_assert_int_eq(pthread_create(&th[i], NULL, i == 0 ? th_trainer : th_reader, &wk[i]), 0);
   }
   for (i = 0; i <= TH_READERS; i++) pthread_join(th[i], NULL);
   for (i = 0; i <= TH_READERS; i++) ck_assert_msg(!wk[i].fail[0], "thread %u: %s", i, wk[i].fail);
   for (i = 1; i <= TH_READERS; i++) ck_assert_uint_gt(wk[i].rows_checked, 0);
-  EMCT_OK(emc__cache_check(c));
+#ifdef EMCT_GPU
+  for (i = 0; i <= TH_READERS; i++) th_dev_free(&wk[i]);
+#endif
+  check_structure(c);
   EMCT_OK(emc_flush(c, NULL));
   for (t = 0; t < 2; t++) /* the store: base + every increment */
     for (r = 0; r < m.tb[t].universe; r++) {
@@ -1326,7 +1615,6 @@ START_TEST(trainer_and_readers_concurrently) {
   model_free(&m);
 }
 END_TEST
-#endif
 
 /* ------------------------------------------------------------------ main */
 int main(void) {
@@ -1342,6 +1630,9 @@ int main(void) {
   tp = tcase_create("pins");
   tb = tcase_create("api");
   tcase_add_loop_test(tt, training_matches_reference, 0, (int)N_TCFG);
+#ifdef EMCT_GPU
+  tcase_add_loop_test(tt, training_pipelined_matches_host, 0, (int)N_TCFG);
+#endif
   tcase_add_loop_test(tp, pins_hold_through_window_then_expire, 0, 2);
   tcase_add_test(tp, over_large_prefetch);
   tcase_add_test(tp, depth_zero_and_no_prefetch_leaves_nothing_pinned);
@@ -1349,9 +1640,7 @@ int main(void) {
   tcase_add_test(tb, bad_input_changes_nothing);
   tcase_add_test(tb, state_reader_and_table_desc);
   tcase_add_test(tb, file_version_2_keeps_state);
-#ifndef EMCT_GPU
   tcase_add_test(tb, trainer_and_readers_concurrently);
-#endif
   tcase_set_timeout(tt, emct_timeout(120));
   tcase_set_timeout(tp, emct_timeout(120));
   tcase_set_timeout(tb, emct_timeout(120));
@@ -1359,6 +1648,10 @@ int main(void) {
   suite_add_tcase(s, tp);
   suite_add_tcase(s, tb);
   sr = srunner_create(s);
+#ifdef EMCT_GPU
+  /* CUDA does not survive fork: the tests run in this process (a failing test ends the run) */
+  srunner_set_fork_status(sr, CK_NOFORK);
+#endif
   srunner_run_all(sr, CK_NORMAL);
   failed = srunner_ntests_failed(sr);
   srunner_free(sr);

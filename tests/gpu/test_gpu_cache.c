@@ -97,7 +97,8 @@ typedef struct scen {
 } scen;
 
 static emct_rng trng; /* seeded in main */
-static int quick;      /* EMC_TEST_QUICK=1 (memcheck runs): a quarter of the batches */
+static int quick;      /* emct_gpu_quick(): a quarter of the batches */
+static int memcheck;   /* EMC_TEST_QUICK=1 (compute-sanitizer runs) */
 
 static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t seed) {
   pair p;
@@ -399,6 +400,41 @@ START_TEST(two_streams_and_an_inserter) {
 END_TEST
 
 /* ---------------------------------------------------------------- errors */
+/* Many small stores, a CUDA cache on each, all alive at once: each cache registers its
+ * store's blocks with the device, which pins whole pages, so blocks of two stores must never
+ * share a page (pre-flight defect 10: the second cache failed with
+ * cudaErrorHostMemoryAlreadyRegistered). */
+START_TEST(many_small_stores_at_once) {
+  enum { NS = 8 };
+  static const emct_tspec tiny[] = {{EMC_TABLE_DENSE, 10, 4, EMC_DTYPE_F32, 0, 0},
+                                    {EMC_TABLE_HASHED, 16, 3, EMC_DTYPE_F16, 12, 8}};
+  emct_world w[NS];
+  emc_cache *c[NS];
+  emc_cache_config cfg;
+  int i;
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_CUDA;
+  cfg.capacity_bytes = 64u << 10;
+  for (i = 0; i < NS; i++) {
+    emct_world_init(&w[i], tiny, 2, 1.0, 300 + (uint64_t)i);
+    EMCT_OK(emc_cache_create(w[i].store, &cfg, &c[i]));
+  }
+  for (i = 0; i < NS; i++) {
+    uint64_t cnt[2] = {8, 8}, ids[16], ranks[16], offsets[3];
+    unsigned char out[16 * 16];
+    uint8_t where[16];
+    emct_world_batch(&w[i], cnt, ids, ranks, offsets);
+    EMCT_OK(emc_lookup_ex(c[i], ids, offsets, out, where, NULL));
+    emct_world_check_rows(&w[i], ranks, offsets, out, where, "small store");
+  }
+  for (i = 0; i < NS; i++) {
+    EMCT_OK(emc_cache_destroy(c[i]));
+    emct_world_check_store(&w[i], "small store");
+    emct_world_free(&w[i]);
+  }
+}
+END_TEST
+
 START_TEST(bad_ids_and_budgets) {
   static const emct_tspec sp[2] = {
       {EMC_TABLE_DENSE, 1000, 8, EMC_DTYPE_F32, 0, 0},
@@ -455,7 +491,7 @@ START_TEST(bad_ids_and_budgets) {
   /* a batch whose scratch cannot fit the device: EMC_EDEVMEM, nothing launched, and the cache
    * still serves the next call (not in quick mode: compute-sanitizer reports the deliberately
    * failing cudaMallocAsync as an error) */
-  if (!quick) {
+  if (!memcheck) {
     uint64_t huge[3] = {0, 1ull << 31, 1ull << 31};
     EMCT_ST(emc_lookup(c, dids, huge, dout, NULL), EMC_EDEVMEM);
     ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "cudaMalloc"));
@@ -479,7 +515,8 @@ int main(void) {
   TCase *tc;
   if (!emct_gpu_present("test_gpu_cache")) return 77;
   emct_rng_seed(&trng, 42);
-  quick = getenv("EMC_TEST_QUICK") && getenv("EMC_TEST_QUICK")[0] == '1';
+  quick = emct_gpu_quick();
+  memcheck = getenv("EMC_TEST_QUICK") && getenv("EMC_TEST_QUICK")[0] == '1';
   s = suite_create("gpu_cache");
   tc = tcase_create("twin");
   tcase_add_test(tc, zipf_heavy_eviction_64);
@@ -489,8 +526,9 @@ int main(void) {
   tcase_add_test(tc, large_cache_no_eviction);
   tcase_add_test(tc, random_shapes);
   tcase_add_test(tc, two_streams_and_an_inserter);
+  tcase_add_test(tc, many_small_stores_at_once);
   tcase_add_test(tc, bad_ids_and_budgets);
-  tcase_set_timeout(tc, 600);
+  tcase_set_timeout(tc, emct_timeout(600));
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
