@@ -6,6 +6,11 @@
 #                      asan     build-asan/  (-DEMC_SANITIZE=address,undefined) + ctest
 #                      tsan     build-tsan/  (-DEMC_SANITIZE=thread) + ctest
 #                      fuzz     build-fuzz/  (clang, libFuzzer) each target FUZZ_SECONDS s
+#                      sim      build-sim/   (clang, -DEMC_CUDASIM=ON, ASan+UBSan): the GPU
+#                               suites on the CPU model of the device (cuda/sim/), serial
+#                               mode with seed SIM_SEED, then in concurrent mode
+#                               (SIM_SEED + 1) through scripts/gpu-check.sh
+#                               --sim (its benches too); the model's own tests (label cudasim)
 #                      python   python_ctypes_example/ example + binding tests, env -i
 #                    (each step also has its own target: test-unit, test-asan, ...)
 #   make deps        install dependencies only (scripts/install-deps.sh)
@@ -15,10 +20,14 @@
 #                    execs/s, cov and ft per target; crashes in build-fuzz/artifacts/
 #   make fuzz-merge  minimise fuzz/corpus/<target>/ + build-fuzz/long/<target>/ into
 #                    fuzz/corpus/<target>/ (seed-* and crash-* files are kept as they are)
-#   make gpu-check   scripts/gpu-check.sh (needs an NVIDIA GPU)
+#   make gpu-check   scripts/gpu-check.sh $(GPU_CHECK_ARGS): on an NVIDIA GPU, build build-gpu/
+#                    (or use build-gpu-pkg/ from --prepare), GPU suites, memcheck, benches, all
+#                    within DEADLINE s (540); logs + summary.txt in OUT (./gpu-check-out); exit 0
+#                    only if every step that ran passed. GPU_CHECK_ARGS=--sim: the same flow on
+#                    the CPU model (build-gpu-sim/); --prepare: build the package, no GPU needed
 #   make clean       remove every build directory
 #
-# Knobs: JOBS, FUZZ_SECONDS (30), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
+# Knobs: JOBS, SIM_SEED (1), FUZZ_SECONDS (30), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
 # (RelWithDebInfo), CMAKE_ARGS (extra -D flags for every configure), TSAN_CTEST_ARGS
 # (e.g. "-L threads"), TSAN_CC (compiler for build-tsan/), BENCH_ARGS, PYTHON,
 # KEEP_GOING (1: make test runs every step, then fails if any failed), SKIP_DEPS=1.
@@ -54,6 +63,8 @@ BUILD_DIR := build
 ASAN_DIR  := build-asan
 TSAN_DIR  := build-tsan
 FUZZ_DIR  := build-fuzz
+SIM_DIR   := build-sim
+SIM_SEED  ?= 1
 GPU_DIR   := build-gpu
 
 # A clear banner per step (no commas in the title: they would split $(call) arguments).
@@ -67,8 +78,8 @@ export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS  ?= halt_on_error=1:second_deadlock_stack=1
 export CTEST_OUTPUT_ON_FAILURE := 1
 
-.PHONY: help deps build bench test test-unit test-asan test-tsan test-fuzz test-python \
-        build-asan build-tsan build-fuzz clean gpu-check fuzz-long fuzz-merge
+.PHONY: help deps build bench test test-unit test-asan test-tsan test-fuzz test-python test-sim \
+        build-asan build-tsan build-fuzz build-sim clean gpu-check fuzz-long fuzz-merge
 
 help:
 	@sed -n '2,/^$$/p' $(firstword $(MAKEFILE_LIST)) | sed 's/^# \{0,1\}//'
@@ -107,6 +118,19 @@ build-tsan: deps
 	$(if $(TSAN_CC),export CC=$(TSAN_CC))
 	$(call configure_build,$(TSAN_DIR),$(SAN_BUILD_TYPE),-DEMC_SANITIZE=thread)
 
+# build-sim/: cuda/*.cu compiled by clang++ against the CPU model of the device (cuda/sim/),
+# under ASan+UBSan (the model checks atomics, fences, collectives and forward progress; ASan
+# catches kernels' plain accesses out of bounds). Only the suites run here are built.
+# (scripts/gpu-check.sh --sim configures it the same way: BUILD_TYPE, CMAKE_ARGS below.)
+SIM_CMAKE_ARGS := -DEMC_BUILD_TESTS=ON -DEMC_BUILD_BENCH=ON -DEMC_BUILD_FUZZ=OFF -DEMC_CUDASIM=ON
+SIM_SAN_ARGS := -DEMC_SANITIZE=address$(,)undefined $(CMAKE_ARGS)
+build-sim: deps
+	@$(call header,build: $(SIM_DIR)/ (CPU model of the device; address+undefined))
+	set -x
+	export CC=clang CXX=clang++
+	$(CMAKE) -S . -B $(SIM_DIR) -DCMAKE_BUILD_TYPE=$(SAN_BUILD_TYPE) $(SIM_CMAKE_ARGS) $(SIM_SAN_ARGS)
+	$(CMAKE) --build $(SIM_DIR) -j $(JOBS) --target emc_gpu_suites emc-bench emc-bench-gpu
+
 # ------------------------------------------------------------------ bench
 bench: build
 	@$(call header,bench: $(BUILD_DIR)/bench/emc-bench $(BENCH_ARGS))
@@ -118,7 +142,7 @@ bench: build
 # them all, then prints a summary and fails if any step failed. KEEP_GOING=0 stops at the
 # first failure.
 KEEP_GOING ?= 1
-TEST_STEPS := test-unit test-asan test-tsan test-fuzz test-python
+TEST_STEPS := test-unit test-asan test-tsan test-sim test-fuzz test-python
 test: deps
 	@failed=(); summary=()
 	for step in $(TEST_STEPS); do
@@ -172,6 +196,24 @@ test-tsan: build-tsan
 	fi
 	set -x
 	"$${wrap[@]}" $(CTEST) --test-dir $(TSAN_DIR) --output-on-failure --no-tests=error -j $(JOBS) --timeout $(CTEST_TIMEOUT) $(TSAN_CTEST_ARGS)
+
+# The GPU suites on the model: every schedule decision comes from EMC_CUDASIM_SEED, so a
+# failure names its seed and mode, and reproduces with them (cuda/sim/README.md).
+# detect_stack_use_after_return=0 for this step only: every kernel thread of the model is a
+# fiber, and ASan's fake stack frames for them made test_gpu_cache more than 2.5x slower
+# (79 s with it off; stopped after 210 s with it on), a cost the 25-minute `make test` cannot carry.
+test-sim: export ASAN_OPTIONS := $(subst detect_stack_use_after_return=1,detect_stack_use_after_return=0,$(ASAN_OPTIONS))
+test-sim: build-sim
+	@$(call header,test (sim): the GPU suites on the CPU model of the device -- $(SIM_DIR)/)
+	set -x
+	$(CTEST) --test-dir $(SIM_DIR) --output-on-failure --no-tests=error -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L cudasim
+	$(call header,GPU suites on the model: EMC_CUDASIM_MODE=serial EMC_CUDASIM_SEED=$(SIM_SEED))
+	EMC_CUDASIM_MODE=serial EMC_CUDASIM_SEED=$(SIM_SEED) \
+	  $(CTEST) --test-dir $(SIM_DIR) --output-on-failure --no-tests=error -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L gpu
+	$(call header,scripts/gpu-check.sh --sim: EMC_CUDASIM_MODE=concurrent EMC_CUDASIM_SEED=$$(( $(SIM_SEED) + 1 )))
+	EMC_CUDASIM_MODE=concurrent EMC_CUDASIM_SEED=$$(( $(SIM_SEED) + 1 )) OUT=$(SIM_DIR)/gpu-check \
+	  BUILD_DIR=$(SIM_DIR) BUILD_TYPE=$(SAN_BUILD_TYPE) CMAKE_ARGS="$(SIM_SAN_ARGS)" DEADLINE=1500 JOBS=$(JOBS) \
+	  bash scripts/gpu-check.sh --sim
 
 # libFuzzer: fuzz/CMakeLists.txt builds FUZZ_TARGETS with -fsanitize=fuzzer,address,undefined
 # when EMC_FUZZ_ENGINE=libfuzzer. Each target runs FUZZ_SECONDS over a scratch copy of
@@ -283,8 +325,8 @@ test-python: build
 gpu-check: deps
 	@$(call header,gpu-check: scripts/gpu-check.sh)
 	set -x
-	bash scripts/gpu-check.sh
+	bash scripts/gpu-check.sh $(GPU_CHECK_ARGS)
 
 # ------------------------------------------------------------------ clean
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(GPU_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(SIM_DIR) $(GPU_DIR)
