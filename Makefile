@@ -8,8 +8,8 @@
 #                      fuzz     build-fuzz/  (clang, libFuzzer) each target FUZZ_SECONDS s
 #                      sim      build-sim/   (clang, -DEMC_CUDASIM=ON, ASan+UBSan): the GPU
 #                               suites on the CPU model of the device (cuda/sim/), serial
-#                               mode with seed SIM_SEED, then in concurrent mode
-#                               (SIM_SEED + 1) through scripts/gpu-check.sh
+#                               mode with seeds SIM_SEED and SIM_SEED + 1, then in
+#                               concurrent mode (SIM_SEED + 2) through scripts/gpu-check.sh
 #                               --sim (its benches too); the model's own tests (label cudasim)
 #                      python   python_ctypes_example/ example + binding tests, env -i
 #                    (each step also has its own target: test-unit, test-asan, ...)
@@ -27,7 +27,7 @@
 #                    the CPU model (build-gpu-sim/); --prepare: build the package, no GPU needed
 #   make clean       remove every build directory
 #
-# Knobs: JOBS, SIM_SEED (1), FUZZ_SECONDS (30), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
+# Knobs: JOBS, SIM_SEED (from the commit), FUZZ_SECONDS (30), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
 # (RelWithDebInfo), CMAKE_ARGS (extra -D flags for every configure), TSAN_CTEST_ARGS
 # (e.g. "-L threads"), TSAN_CC (compiler for build-tsan/), BENCH_ARGS, PYTHON,
 # KEEP_GOING (1: make test runs every step, then fails if any failed), SKIP_DEPS=1.
@@ -64,7 +64,9 @@ ASAN_DIR  := build-asan
 TSAN_DIR  := build-tsan
 FUZZ_DIR  := build-fuzz
 SIM_DIR   := build-sim
-SIM_SEED  ?= 1
+# SIM_SEED: from the commit, so successive commits try new schedules and a run reproduces
+# from its commit alone (the seeds are printed in each step's banner); 1 outside a git clone
+SIM_SEED  ?= $(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo $$(( 0x$$h % 9973 + 1 )) || echo 1)
 GPU_DIR   := build-gpu
 
 # A clear banner per step (no commas in the title: they would split $(call) arguments).
@@ -207,11 +209,13 @@ test-sim: build-sim
 	@$(call header,test (sim): the GPU suites on the CPU model of the device -- $(SIM_DIR)/)
 	set -x
 	$(CTEST) --test-dir $(SIM_DIR) --output-on-failure --no-tests=error -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L cudasim
-	$(call header,GPU suites on the model: EMC_CUDASIM_MODE=serial EMC_CUDASIM_SEED=$(SIM_SEED))
-	EMC_CUDASIM_MODE=serial EMC_CUDASIM_SEED=$(SIM_SEED) \
-	  $(CTEST) --test-dir $(SIM_DIR) --output-on-failure --no-tests=error -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L gpu
-	$(call header,scripts/gpu-check.sh --sim: EMC_CUDASIM_MODE=concurrent EMC_CUDASIM_SEED=$$(( $(SIM_SEED) + 1 )))
-	EMC_CUDASIM_MODE=concurrent EMC_CUDASIM_SEED=$$(( $(SIM_SEED) + 1 )) OUT=$(SIM_DIR)/gpu-check \
+	for seed in $(SIM_SEED) $$(( $(SIM_SEED) + 1 )); do
+	  $(call header,GPU suites on the model: EMC_CUDASIM_MODE=serial EMC_CUDASIM_SEED=$$seed)
+	  EMC_CUDASIM_MODE=serial EMC_CUDASIM_SEED=$$seed \
+	    $(CTEST) --test-dir $(SIM_DIR) --output-on-failure --no-tests=error -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L gpu
+	done
+	$(call header,scripts/gpu-check.sh --sim: EMC_CUDASIM_MODE=concurrent EMC_CUDASIM_SEED=$$(( $(SIM_SEED) + 2 )))
+	EMC_CUDASIM_MODE=concurrent EMC_CUDASIM_SEED=$$(( $(SIM_SEED) + 2 )) OUT=$(SIM_DIR)/gpu-check \
 	  BUILD_DIR=$(SIM_DIR) BUILD_TYPE=$(SAN_BUILD_TYPE) CMAKE_ARGS="$(SIM_SAN_ARGS)" DEADLINE=1500 JOBS=$(JOBS) \
 	  bash scripts/gpu-check.sh --sim
 

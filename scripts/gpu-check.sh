@@ -187,8 +187,10 @@ fi
 # a suite that finds no device exits 77, which ctest counts as skipped, not failed: fail it here
 # (the regex [(]Skipped[)] does not match this command line, echoed into the log)
 FIRST='^test_gpu_(train|cache)$'
+# on a GPU the suites run one at a time (each sized for the whole device); on the model, JOBS at once
+CTEST_J=1; [[ $MODE == sim ]] && CTEST_J=$JOBS
 gpu_ctest() { # NAME PCT CTEST-SELECTION
-  step "$1" "$2" gpu-tests.log "cd $(q "$B") && ctest $3 --no-tests=error && if grep -q '[(]Skipped[)]' $(q "$OUT_DIR/gpu-tests.log"); then echo 'gpu-check: a suite exited 77 (skipped: no CUDA device)'; false; fi" \
+  step "$1" "$2" gpu-tests.log "cd $(q "$B") && ctest -j $CTEST_J $3 --no-tests=error && if grep -q '[(]Skipped[)]' $(q "$OUT_DIR/gpu-tests.log"); then echo 'gpu-check: a suite exited 77 (skipped: no CUDA device)'; false; fi" \
     'Start +[0-9]+: [a-z_]+|[0-9]+% tests passed.*|No tests were found|gpu-check: .*'
 }
 if [[ -n ${NOBUILD:-} ]]; then skip gpu-first "$NOBUILD"
