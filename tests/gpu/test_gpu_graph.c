@@ -16,8 +16,8 @@
  *               (pre-flight defect 15: it was kept until the cache was destroyed), and is
  *               kept while an instantiated graph still holds it
  *   spaces      pinned offsets read in place (no wait, capturable; defect 7), pageable out
- *               refused under capture without breaking it (defect 8), an odd device out
- *               refused (defect 12)
+ *               and the training calls' host buffers refused under capture without breaking
+ *               it (defect 8), an odd device out refused (defect 12)
  *
  * Exits 77 where no CUDA device answers. Never forks (CK_NOFORK in main).
  */
@@ -409,7 +409,9 @@ START_TEST(memory_spaces_under_capture) {
   emct_world w;
   emc_cache *c;
   emc_cache_config cfg;
-  uint64_t ids[256], ranks[256], offsets[NT + 1], n, *dids, *poff;
+  uint64_t ids[256], ranks[256], offsets[NT + 1], n, *dids, *poff, uq[256], uoff[NT + 1];
+  uint32_t inv[256];
+  emc_optimizer opt;
   unsigned char *dout, *hout;
   size_t bytes;
   cudaStream_t s;
@@ -447,6 +449,14 @@ START_TEST(memory_spaces_under_capture) {
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   EMCT_ST(emc_lookup(c, dids, offsets, hout, s), EMC_EINVAL);
   ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "pageable"));
+  /* so are the training calls' host buffers (each would wait for its copies) */
+  emc_optimizer_init(&opt);
+  EMCT_ST(emc_prefetch(c, ids, offsets, s), EMC_EINVAL);
+  ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "device ids"));
+  EMCT_ST(emc_apply_gradients(c, dids, offsets, hout, &opt, s), EMC_EINVAL);
+  ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "device buffers"));
+  EMCT_ST(emc_dedup(c, dids, offsets, uq, uoff, inv, s), EMC_EINVAL);
+  ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "device buffers"));
   EMCT_OK(emc_lookup(c, dids, poff, dout, s));
   CUDA_OK(cudaStreamEndCapture(s, &g));
   CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
