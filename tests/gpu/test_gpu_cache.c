@@ -399,6 +399,69 @@ START_TEST(two_streams_and_an_inserter) {
 }
 END_TEST
 
+/* A hashed row evicted from the cache keeps a unified-index entry to its store row; the next
+ * lookup of it is served through that entry (a miss, where STORE) and admits it again, so the
+ * lookup after that is a hit. Both backends, the same steps (pre-flight defect 6: the CUDA
+ * lookup recorded only plain misses for admission, so such rows were never cached again). */
+START_TEST(unified_rows_readmitted) {
+  enum { N = 6000, B = 200, Q = 100 };
+  static const emct_tspec sp[] = {{EMC_TABLE_HASHED, 8000, 16, EMC_DTYPE_F32, N, N}};
+  emct_world w[2];
+  emc_cache *c[2];
+  emc_cache_config cfg;
+  uint64_t *ids = malloc(N * 8), *ranks = malloc(N * 8), offsets[2], i;
+  unsigned char *out = malloc((size_t)B * 64);
+  uint8_t where[B], where2[B];
+  emc_stats a, b;
+  int k;
+  ck_assert(ids && ranks && out);
+  emc_cache_config_init(&cfg);
+  cfg.capacity_bytes = 64u << 10; /* about 1,000 rows of 64 bytes: most of the 6,000 go */
+  cfg.unified_index_rows = 16384;
+  for (k = 0; k < 2; k++) {
+    emct_world_init(&w[k], sp, 1, 1.0, 77);
+    cfg.backend = k ? EMC_BACKEND_CUDA : EMC_BACKEND_HOST;
+    EMCT_OK(emc_cache_create(w[k].store, &cfg, &c[k]));
+    for (i = 0; i < N; i++) {
+      ranks[i] = i;
+      ids[i] = emct_id_of(&w[k], 0, i);
+    }
+    /* every row once, B at a time: the early ones are evicted to unified entries */
+    for (i = 0; i < N; i += B) {
+      offsets[0] = 0;
+      offsets[1] = B;
+      EMCT_OK(emc_lookup_ex(c[k], ids + i, offsets, out, where, NULL));
+      emct_world_check_rows(&w[k], ranks + i, offsets, out, where, "unified: fill");
+      EMCT_OK(emc_flush(c[k], NULL));
+    }
+    /* the first Q rows again: through their unified entries, then admitted */
+    offsets[1] = Q;
+    EMCT_OK(emc_get_stats(c[k], &a));
+    EMCT_OK(emc_lookup_ex(c[k], ids, offsets, out, where, NULL));
+    emct_world_check_rows(&w[k], ranks, offsets, out, where, "unified: again");
+    EMCT_OK(emc_flush(c[k], NULL));
+    EMCT_OK(emc_get_stats(c[k], &b));
+    ck_assert_msg(b.unified_hits - a.unified_hits >= Q / 2,
+                  "%s: %llu of %d evicted rows came back through a unified entry", k ? "cuda" : "host",
+                  (unsigned long long)(b.unified_hits - a.unified_hits), Q);
+    EMCT_OK(emc_lookup_ex(c[k], ids, offsets, out, where2, NULL));
+    emct_world_check_rows(&w[k], ranks, offsets, out, where2, "unified: admitted");
+    for (i = 0; i < Q; i++)
+      ck_assert_msg(where2[i] == EMC_WHERE_CACHE,
+                    "%s: position %llu: where %u after a lookup through its unified entry (then %u)",
+                    k ? "cuda" : "host", (unsigned long long)i, where2[i], where[i]);
+    if (k) {
+      emc_status cs = emc__cuda_check(c[k]);
+      ck_assert_msg(cs == EMC_OK, "unified: emc__cuda_check: %s", emc_last_error_detail());
+    }
+    EMCT_OK(emc_cache_destroy(c[k]));
+    emct_world_check_store(&w[k], "unified");
+    emct_world_free(&w[k]);
+  }
+  free(ids); free(ranks); free(out);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- errors */
 /* Many small stores, a CUDA cache on each, all alive at once: each cache registers its
  * store's blocks with the device, which pins whole pages, so blocks of two stores must never
@@ -526,6 +589,7 @@ int main(void) {
   tcase_add_test(tc, large_cache_no_eviction);
   tcase_add_test(tc, random_shapes);
   tcase_add_test(tc, two_streams_and_an_inserter);
+  tcase_add_test(tc, unified_rows_readmitted);
   tcase_add_test(tc, many_small_stores_at_once);
   tcase_add_test(tc, bad_ids_and_budgets);
   tcase_set_timeout(tc, emct_timeout(600));
