@@ -17,10 +17,10 @@
 #              only (target emc_gpu_suites, emc-bench, emc-bench-gpu); incremental when
 #              configured already. Where build-gpu-pkg/ is (and PREBUILT is not 0) it is used
 #              instead, unless built from other sources (FAIL: stale); no build then
-#   gpu-first  ctest: test_gpu_train, test_gpu_cache                                        60 %
+#   gpu-first  ctest: test_gpu_train, test_gpu_cache (--sim: every gpu suite, JOBS at once)  60 %
 #   bench-train emc-bench-gpu --train --scale BENCH_SCALE (--sim: 3 steps of 256 x 26 ids)   34 %
 #   bench-gpu  emc-bench-gpu --scale BENCH_SCALE (not --sim: sized for a GPU)               40 %
-#   gpu-tests  ctest: every other gpu suite                                                 70 %
+#   gpu-tests  ctest: every other gpu suite (not --sim: they ran in gpu-first)              70 %
 #   memcheck   compute-sanitizer --tool memcheck on MEMCHECK_SUITE (not --sim)              50 %
 #   bench-cuda emc-bench --backend cuda (host buffers) at BENCH_SCALE                       100 %
 # On the model (--sim) every timing is the model's, never a GPU figure (the benches name the
@@ -194,6 +194,7 @@ gpu_ctest() { # NAME PCT CTEST-SELECTION
     'Start +[0-9]+: [a-z_]+|[0-9]+% tests passed.*|No tests were found|gpu-check: .*'
 }
 if [[ -n ${NOBUILD:-} ]]; then skip gpu-first "$NOBUILD"
+elif [[ $MODE == sim ]]; then gpu_ctest gpu-first 70 "-L gpu" # all at once: JOBS keep busy
 else gpu_ctest gpu-first 60 "-L gpu -R '$FIRST'"; fi
 if [[ -n ${NOBUILD:-} ]]; then skip bench-train "$NOBUILD"
 elif [[ $MODE == sim ]]; then
@@ -205,6 +206,7 @@ else
   step bench-gpu 40 bench.log "$(q "$B/bench/emc-bench-gpu") --scale $SCALE --reps 5" 'throughput, 16384 x 26 ids +[0-9.e+]+ ids/s'
 fi
 if [[ -n ${NOBUILD:-} ]]; then skip gpu-tests "$NOBUILD"
+elif [[ $MODE == sim ]]; then skip gpu-tests "--sim: every suite ran in gpu-first"
 else gpu_ctest gpu-tests 70 "-L gpu -E '$FIRST'"; fi
 
 # ------------------------------------------------------------------ compute-sanitizer
