@@ -193,9 +193,21 @@ static void run(const emct_tspec *spec, uint32_t nt, const scen *sc, uint64_t se
       EMCT_OK(emc_flush(p.cd, NULL));
     }
   }
-  /* the CUDA cache's counters add up */
+  /* the CUDA cache's counters add up (its admissions done first: they run on its writer
+   * stream), the per-table row counts too */
+  EMCT_OK(emc_flush(p.cd, NULL));
   EMCT_OK(emc_get_stats(p.ch, &sh));
   EMCT_OK(emc_get_stats(p.cd, &sd));
+  {
+    uint64_t sum = 0, r;
+    uint32_t t;
+    for (t = 0; t < nt; t++) {
+      EMCT_OK(emc_get_table_rows_cached(p.cd, t, &r));
+      sum += r;
+    }
+    ck_assert_uint_eq(sum, sd.rows_cached);
+    EMCT_ST(emc_get_table_rows_cached(p.cd, nt, &r), EMC_ERANGE);
+  }
   ck_assert_uint_eq(sd.lookups, sh.lookups);
   ck_assert_uint_eq(sd.hits + sd.misses + sd.absent, sd.lookups);
   ck_assert_uint_eq(sd.absent, sh.absent);
@@ -528,6 +540,18 @@ START_TEST(bad_ids_and_budgets) {
   EMCT_OK(emc_get_stats(c, &s1));
   ck_assert_uint_eq(s1.lookups, s0.lookups);
   ck_assert_uint_eq(s1.inserts, s0.inserts);
+  { /* a training call from host buffers: the device's verdict comes back before it returns */
+    float grads[3 * 8] = {1.0f};
+    emc_optimizer opt;
+    emc_optimizer_init(&opt);
+    EMCT_ST(emc_apply_gradients(c, ids, offsets, grads, &opt, NULL), EMC_ERANGE);
+    ck_assert_msg(strstr(emc_last_error_detail(), "1000") != NULL, "detail: %s", emc_last_error_detail());
+    EMCT_ST(emc_prefetch(c, ids, offsets, NULL), EMC_ERANGE);
+    EMCT_OK(emc_flush(c, NULL)); /* reported by the calls themselves, not again */
+    EMCT_OK(emc_get_stats(c, &s1));
+    ck_assert_uint_eq(s1.dirty_rows, 0);
+    ck_assert_uint_eq(s1.pinned_rows, 0);
+  }
   /* device ids: the bad position reads zero, and the next flush reports it */
   CUDA_OK(cudaMalloc((void **)&dids, sizeof ids));
   CUDA_OK(cudaMalloc((void **)&dout, sizeof out));
