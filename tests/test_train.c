@@ -278,11 +278,7 @@ typedef struct io {
 } io;
 
 #ifdef EMCT_GPU
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));             \
-  } while (0)
+#include "gpu/cuda_ok.h"
 #endif
 
 static void io_init(io *x, size_t n, size_t out_bytes, size_t grad_floats) {

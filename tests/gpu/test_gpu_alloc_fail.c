@@ -21,11 +21,7 @@
 #include "common.h"
 #include "emc_cuda.h"
 
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));             \
-  } while (0)
+#include "cuda_ok.h"
 
 static const char k_marker[] = "emc_store_table: s or out is NULL";
 

@@ -25,11 +25,7 @@
 #include "common.h"
 #include "emc_cuda.h"
 
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));             \
-  } while (0)
+#include "cuda_ok.h"
 
 typedef struct pair {
   emct_world wh, wd;  /* host-backend world, CUDA-backend world */

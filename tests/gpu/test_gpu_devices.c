@@ -16,11 +16,7 @@
 
 #include "common.h"
 
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));             \
-  } while (0)
+#include "cuda_ok.h"
 
 static const emct_tspec specs[] = {{EMC_TABLE_DENSE, 500, 8, EMC_DTYPE_F32, 0, 0},
                                    {EMC_TABLE_HASHED, 400, 4, EMC_DTYPE_F16, 300, 200}};

@@ -32,11 +32,7 @@
 #include "common.h"
 #include "emc_cuda.h"
 
-#define CUDA_OK(call)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    ck_assert_msg(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_));             \
-  } while (0)
+#include "cuda_ok.h"
 
 static const emct_tspec specs[] = {
     {EMC_TABLE_DENSE, 3000, 16, EMC_DTYPE_F32, 0, 0},
