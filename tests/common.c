@@ -352,3 +352,13 @@ void emct_check_cache(emc_cache *c, const emct_world *w, int no_inserts, const c
                   (unsigned long long)s.dirty_rows, (unsigned long long)s.rows_cached);
   }
 }
+
+int emct_run_nofork(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  int failed;
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

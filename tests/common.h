@@ -170,4 +170,8 @@ void emct_check_cache(emc_cache *c, const emct_world *w, int no_inserts, const c
  * SKIP_RETURN_CODE). Call it first in main: it allocates nothing Check's leak checks see. */
 int emct_gpu_present(const char *suite);
 
+/* Run suite s in this process (CK_NOFORK: CUDA does not survive fork) and free it; the exit
+ * status for main: 0 when every test passed, else 1. */
+int emct_run_nofork(Suite *s);
+
 #endif /* EMC_TESTS_COMMON_H */

@@ -191,9 +191,7 @@ START_TEST(device_buffers) { sweep(1); }
 END_TEST
 
 int main(void) {
-  int failed_n;
   Suite *s;
-  SRunner *sr;
   TCase *tc;
   if (!emct_gpu_present("test_gpu_alloc_fail")) return 77;
   s = suite_create("gpu_alloc_fail");
@@ -202,10 +200,5 @@ int main(void) {
   tcase_add_test(tc, device_buffers);
   tcase_set_timeout(tc, 900);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  failed_n = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed_n ? 1 : 0;
+  return emct_run_nofork(s);
 }

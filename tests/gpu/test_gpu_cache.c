@@ -592,9 +592,7 @@ START_TEST(bad_ids_and_budgets) {
 END_TEST
 
 int main(void) {
-  int failed;
   Suite *s;
-  SRunner *sr;
   TCase *tc;
   if (!emct_gpu_present("test_gpu_cache")) return 77;
   emct_rng_seed(&trng, 42);
@@ -614,10 +612,5 @@ int main(void) {
   tcase_add_test(tc, bad_ids_and_budgets);
   tcase_set_timeout(tc, emct_timeout(600));
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return emct_run_nofork(s);
 }

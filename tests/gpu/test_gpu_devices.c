@@ -160,8 +160,6 @@ END_TEST
 int main(void) {
   Suite *s;
   TCase *tc;
-  SRunner *sr;
-  int failed;
   if (!emct_gpu_present("test_gpu_devices")) return 77;
   if (cudaGetDeviceCount(&n_devices) != cudaSuccess) return 77;
   s = suite_create("gpu_devices");
@@ -170,10 +168,5 @@ int main(void) {
   tcase_add_test(tc, other_device_memory_refused);
   tcase_set_timeout(tc, emct_timeout(300));
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return emct_run_nofork(s);
 }

@@ -484,8 +484,6 @@ END_TEST
 int main(void) {
   Suite *s;
   TCase *tc;
-  SRunner *sr;
-  int failed;
   if (!emct_gpu_present("test_gpu_graph")) return 77;
   s = suite_create("gpu_graph");
   tc = tcase_create("graphs");
@@ -495,10 +493,5 @@ int main(void) {
   tcase_add_test(tc, memory_spaces_under_capture);
   tcase_set_timeout(tc, emct_timeout(600));
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return emct_run_nofork(s);
 }

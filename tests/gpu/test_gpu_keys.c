@@ -118,9 +118,7 @@ START_TEST(keys_match_host) {
 END_TEST
 
 int main(void) {
-  int failed;
   Suite *s;
-  SRunner *sr;
   TCase *tc;
   if (!emct_gpu_present("test_gpu_keys")) return 77;
   s = suite_create("gpu_keys");
@@ -129,10 +127,5 @@ int main(void) {
   tcase_add_test(tc, probe_matches_host);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);
-  sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return emct_run_nofork(s);
 }
