@@ -286,6 +286,36 @@ const char *emc__inject_last(size_t *bytes) {
   return __atomic_load_n(&inj_last_what, __ATOMIC_RELAXED);
 }
 
+/* Launch failures, armed and counted apart from the points above (a sweep over allocations
+ * keeps its points when launches are added). */
+static int inj_l_armed;          /* 0: every launch proceeds */
+static long long inj_l_fail_at;  /* index of the launch that fails */
+static long long inj_l_count;    /* launches counted since arming */
+
+void emc__inject_launches_arm(long long fail_at) {
+  __atomic_store_n(&inj_l_fail_at, fail_at < 0 ? -1 : fail_at, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_l_count, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_failed, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_last_what, (const char *)NULL, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_l_armed, 1, __ATOMIC_RELEASE);
+}
+
+long long emc__inject_launches_disarm(void) {
+  __atomic_store_n(&inj_l_armed, 0, __ATOMIC_RELEASE);
+  return __atomic_load_n(&inj_l_count, __ATOMIC_RELAXED);
+}
+
+int emc__inject_launch(const char *kernel) {
+  long long k;
+  if (!__atomic_load_n(&inj_l_armed, __ATOMIC_ACQUIRE)) return 0;
+  k = __atomic_fetch_add(&inj_l_count, 1, __ATOMIC_RELAXED);
+  if (k != __atomic_load_n(&inj_l_fail_at, __ATOMIC_RELAXED)) return 0;
+  __atomic_fetch_add(&inj_failed, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_last_what, kernel, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_last_bytes, (size_t)0, __ATOMIC_RELAXED);
+  return 1;
+}
+
 int emc__inject_fail(const char *what, size_t bytes) {
   long long k, at;
   if (!__atomic_load_n(&inj_armed, __ATOMIC_ACQUIRE)) return 0;

@@ -62,6 +62,16 @@ EMC_INTERNAL long long emc__inject_failed(void);
 EMC_INTERNAL const char *emc__inject_last(size_t *bytes);
 /* 1 when this failure point must fail (errno is then ENOMEM). Disarmed: one relaxed load. */
 EMC_INTERNAL int emc__inject_fail(const char *what, size_t bytes);
+/* Kernel and graph launches of the CUDA backend (EMC_LAUNCH, emc__graph_launch: cuda/dev.cuh), armed apart from the points
+ * above: from emc__inject_launches_arm on, every launch counts itself, 0, 1, 2, ...; launch
+ * number fail_at fails (< 0: none fails), as a launch the runtime refuses (the launch returns
+ * cudaErrorLaunchOutOfResources, nothing is enqueued; the error is not sticky). It resets
+ * emc__inject_failed and emc__inject_last, which then name the kernel (size 0).
+ * emc__inject_launches_disarm returns the launches counted. emc__inject_launch: 1 when this
+ * launch must fail; disarmed, one relaxed load. */
+EMC_INTERNAL void emc__inject_launches_arm(long long fail_at);
+EMC_INTERNAL long long emc__inject_launches_disarm(void);
+EMC_INTERNAL int emc__inject_launch(const char *kernel);
 
 /* Big host allocations: jemalloc's mallocx/dallocx on the library's own arena where the
  * process has libjemalloc loaded (so they never mix with the application's malloc), else mmap /
