@@ -399,6 +399,14 @@ __global__ void __launch_bounds__(256) k_wr_end(const __grid_constant__ wr_args 
       *C.epoch = e ? e : 1u;
     }
     if (g->aging || g->pass_active) g->aged_at = g->clock;
+    if (g->pf_open) { /* a prefetch's new ring list: the next prefetch releases the one after */
+      V.ring_n[g->pin_next] = (uint32_t)g->pf_new_n;
+      g->prefetched += g->pf_new_n;
+      g->pin_next = (g->pin_next + 1u) % V.n_lists;
+      g->pf_open = 0u;
+      __threadfence_system();
+      ((volatile ull *)V.bad_mirror)[2] = g->pin_shortfall;
+    }
     atomicExch(&g->writer_in, 0u);
   }
 }

@@ -211,18 +211,54 @@ static cudaError_t writer_call(emc__cuda_cache *k, const dcall *C, cudaStream_t 
   if (e != cudaSuccess) return e;
   e = emc__cuda_writer_body(k, C, st);
   if (e != cudaSuccess) {
-    (void)emc__cu_wr_end(k, C, st);
+    (void)emc__cuda_section_end(k, C, st);
     return e;
   }
-  return emc__cu_wr_end(k, C, st);
+  return emc__cuda_section_end(k, C, st);
 }
 
 /* ---------------------------------------------------------------- writer sections */
+/* A section's k_wr_end. One that fails to enqueue leaves its section open on the device
+ * (writer_in, a prefetch's ring list, the hashed rows it added uncounted): the next section
+ * closes it first (close_abandoned), so nothing is left held. */
+cudaError_t emc__cuda_section_end(emc__cuda_cache *k, const dcall *C, cudaStream_t ws) {
+  cudaError_t e = emc__cu_wr_end(k, C, ws);
+  if (e != cudaSuccess) k->unclosed = 1;
+  return e;
+}
+
+/* Close a section whose k_wr_end failed to enqueue: k_wr_end of no call, on the writer stream
+ * after everything enqueued there (and, under capture, before the capture's first section,
+ * which waits for wr_tail). Under capture the abandoned section was in a capture that the
+ * failure invalidated (emc__cuda_capture_abandon): closing a closed section changes nothing. */
+static cudaError_t close_abandoned(emc__cuda_cache *k) {
+  dcall none;
+  cudaError_t e = cudaSuccess;
+  if (!k->unclosed) return cudaSuccess;
+  memset(&none, 0, sizeof none);
+  if (k->n_cap_sections) e = cudaStreamWaitEvent(k->writer, k->cap_tail, 0);
+  if (e == cudaSuccess) e = emc__cu_wr_end(k, &none, k->writer);
+  if (e == cudaSuccess) e = cudaEventRecord(k->wr_tail, k->writer);
+  if (e == cudaSuccess) k->unclosed = 0;
+  return e;
+}
+
+/* A call that failed while its stream is being captured: the capture is invalidated (a
+ * synchronize of a capturing stream is refused and invalidates it), so cudaStreamEndCapture
+ * fails and no graph ever holds half a call (an open section, a slot half filled). */
+void emc__cuda_capture_abandon(cudaStream_t st) {
+  cudaStreamCaptureStatus cs;
+  if (cudaStreamIsCapturing(st, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive)
+    (void)cudaStreamSynchronize(st);
+  (void)cudaGetLastError();
+}
+
 cudaError_t emc__cuda_section_open(emc__cuda_cache *k, cudaStream_t ws, int capturing) {
   cudaStreamCaptureStatus cs;
   unsigned long long id = 0;
   cudaError_t e;
   uint32_t i;
+  if ((e = close_abandoned(k)) != cudaSuccess) return e;
   if (!capturing)
     return k->n_cap_sections ? cudaStreamWaitEvent(ws, k->cap_tail, 0) : cudaSuccess;
   if ((e = cudaStreamGetCaptureInfo(ws, &cs, &id)) != cudaSuccess) return e;
@@ -871,9 +907,6 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
                           k->sm_count, st)) != cudaSuccess)
     goto cuda;
   emc__cuda_prof_mark(k, PROF_LOOKUP, 1, st);
-  if (!out_dev && (e = cudaMemcpyAsync(out, out_d, bytes, cudaMemcpyDeviceToHost, st)) != cudaSuccess) goto cuda;
-  if (where && !where_dev && (e = cudaMemcpyAsync(where, where_d, n, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
-    goto cuda;
   /* the writer call that admits the misses: on the writer stream, after this lookup */
   if (capturing) { /* the caller's graph runs the writer call too, as a section of its own */
     if ((e = emc__cuda_section_open(k, st, 1)) != cudaSuccess) goto cuda;
@@ -887,7 +920,7 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
     if ((e = cudaStreamWaitEvent(k->writer, S->looked, 0)) != cudaSuccess) goto cuda;
     if ((e = emc__cuda_section_open(k, k->writer, 0)) != cudaSuccess) goto cuda;
     emc__cuda_prof_mark(k, PROF_WRITER, 0, k->writer);
-    e = S->graph ? cudaGraphLaunch(S->graph, k->writer) : writer_call(k, &S->C, k->writer);
+    e = S->graph ? emc__graph_launch(S->graph, k->writer) : writer_call(k, &S->C, k->writer);
     if (e != cudaSuccess) {
       (void)emc__cuda_section_close(k, k->writer, 0);
       goto cuda;
@@ -897,6 +930,12 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
     if ((e = cudaEventRecord(S->done, k->writer)) != cudaSuccess) goto cuda;
     S->used = 1;
   }
+  /* host out and where last: a call that failed to enqueue has written neither (and a pageable
+   * copy, which returns when done, no longer holds the writer call back) */
+  if (!out_dev && (e = cudaMemcpyAsync(out, out_d, bytes, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
+    goto cuda_enqueued;
+  if (where && !where_dev && (e = cudaMemcpyAsync(where, where_d, n, cudaMemcpyDeviceToHost, st)) != cudaSuccess)
+    goto cuda_enqueued;
   emc__cuda_leave(k);
   if (wait && (e = emc__cuda_wait_stream(k, st)) != cudaSuccess)
     return emc__cuda_fail(e, "cudaStreamSynchronize(lookup)");
@@ -905,9 +944,14 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   return EMC_OK;
 cuda:
   status = emc__cuda_fail(e, "enqueueing a lookup");
+  if (capturing) emc__cuda_capture_abandon(st);
   /* the slot may hold this call's misses with no writer call to consume them, and work in
    * flight: it serves again after that work, made afresh */
   emc__cuda_slot_failed(k, S, st);
+  goto done;
+cuda_enqueued: /* the call is whole on the device, its writer call included: only a copy to
+                * the host failed to enqueue, so the slot serves again after `done` */
+  status = emc__cuda_fail(e, "copying a lookup's rows to host memory");
 done:
   emc__cuda_leave(k);
   return status;
@@ -1013,7 +1057,7 @@ extern "C" emc_status emc__cuda_flush(emc_cache *c, void *stream) {
   if (e == cudaSuccess) e = emc__cu_flush(k, k->writer);
   /* a section begun is ended, and one opened is closed, whatever failed (defect 4) */
   if (begun) {
-    cudaError_t e2 = emc__cu_wr_end(k, &C, k->writer);
+    cudaError_t e2 = emc__cuda_section_end(k, &C, k->writer);
     if (e == cudaSuccess) e = e2;
   }
   if (opened) {

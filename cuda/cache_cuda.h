@@ -105,6 +105,7 @@ struct emc__cuda_cache {
   double pacc[PROF_N];
   uint64_t pcalls;
   int ok;                   /* every device resource was made */
+  int unclosed;             /* a section's k_wr_end failed to enqueue (section_end) */
 };
 
 /* A wait of a call on the host for the device, counted in stats.host_syncs. */
@@ -159,6 +160,10 @@ void emc__cuda_slot_failed(emc__cuda_cache *k, emc__scratch *S, cudaStream_t st)
  * close lets later ones order after it. Caller holds k->lock. */
 cudaError_t emc__cuda_section_open(emc__cuda_cache *k, cudaStream_t ws, int capturing);
 cudaError_t emc__cuda_section_close(emc__cuda_cache *k, cudaStream_t ws, int capturing);
+/* The section's k_wr_end; on failure the next section_open closes the section first. */
+cudaError_t emc__cuda_section_end(emc__cuda_cache *k, const dcall *C, cudaStream_t ws);
+/* After a call failed on a stream being captured: invalidate the capture. */
+void emc__cuda_capture_abandon(cudaStream_t st);
 /* Captured slots whose graphs are gone, freed; the number still held (tests). Caller holds
  * k->lock. */
 uint32_t emc__cuda_reap_captured(emc__cuda_cache *k);

@@ -96,7 +96,22 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   ix.n_buckets = V.ix.n_buckets;
   ix.key_bits = V.key_bits;
   CHK(!(g.repack_epoch & 1u), "writer state left behind: re-pack epoch %u", g.repack_epoch);
-  CHK(g.writer_in == 0, "a writer section left open");
+  /* a section whose k_wr_end failed to enqueue stays open until the next section closes it
+   * (emc__cuda_section_end): the host knows; the rest is checked as that close will leave it */
+  CHK(g.writer_in == 0 || k->unclosed, "a writer section left open");
+  CHK(!g.pf_open || k->unclosed, "a prefetch's ring list left open");
+  if (g.pf_open) { /* the list k_wr_end will close */
+    ring_n[g.pin_next] = (uint32_t)g.pf_new_n;
+    g.pf_open = 0;
+  }
+  if (k->unclosed)
+    for (t = 0; t < nt; t++) {
+      ts[t].store_count += ts[t].new_rank;
+      ts[t].new_rank = 0;
+      ts[t].fresh = 0;
+      ts[t].need = 0;
+      ts[t].allow = 0;
+    }
   CHK(g.overlaps == 0, "%llu writer sections began while another was open (an ordering defect)",
       (unsigned long long)g.overlaps);
   /* index entries */

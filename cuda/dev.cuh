@@ -102,7 +102,9 @@ typedef struct dglob {
   uint32_t err_why, pad2_;            /* ... its reason (TR_WHY_*) */
   /* writer sections are ordered by events (cache_cuda.cu): one that begins while another is
    * open is counted, never waited for */
-  uint32_t writer_in, pad3_;          /* a section is open (k_wr_begin .. k_wr_end) */
+  uint32_t writer_in;                 /* a section is open (k_wr_begin .. k_wr_end) */
+  uint32_t pf_open;                   /* a prefetch released its ring list (k_pf_release) and
+                                         its section's k_wr_end has not yet closed the list */
   ull overlaps;                       /* sections that began while another was open */
   ull err_a, err_b;                   /* ... and its figures (position / id, counts) */
 } dglob;
@@ -210,22 +212,27 @@ static inline cudaError_t emc__cu_host_register(void *p, size_t bytes, unsigned 
  * Every launch of cuda/ goes through EMC_LAUNCH: cudaLaunchKernelEx, the runtime's C++ form
  * (valid CUDA under nvcc, and what the CPU model of the device, cuda/sim/, runs), returning the
  * launch's own error rather than a stale one left by the application. Under the model the
- * kernel's name goes with it, for its reports and its sm_90 resource checks.
+ * kernel's name goes with it, for its reports and its sm_90 resource checks. The test suite
+ * can make any one launch fail (emc__inject_launch).
  * EMC_LAUNCH_OR_RETURN returns a failed launch's error from the enclosing launcher. */
 template <typename... P, typename... A>
 static inline cudaError_t emc__launch(const char *name, void (*kernel)(P...), unsigned grid, unsigned block,
                                       cudaStream_t st, A &&...args) {
   cudaLaunchConfig_t cfg = {};
+  if (emc__inject_launch(name)) return cudaErrorLaunchOutOfResources; /* tests: lib/internal.h */
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(block);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = st;
 #if defined(EMCSIM)
   emcsim_set_kernel_name(name);
-#else
-  (void)name;
 #endif
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+/* The launch of a graph the backend made (a slot's writer call), behind the same hook. */
+static inline cudaError_t emc__graph_launch(cudaGraphExec_t g, cudaStream_t st) {
+  if (emc__inject_launch("cudaGraphLaunch")) return cudaErrorLaunchOutOfResources;
+  return cudaGraphLaunch(g, st);
 }
 #define EMC_LAUNCH(kernel, grid, block, stream, ...) \
   emc__launch(#kernel, kernel, (unsigned)(grid), (unsigned)(block), (stream), __VA_ARGS__)

@@ -451,6 +451,7 @@ __global__ void __launch_bounds__(256) k_pf_release(const __grid_constant__ tr_a
   const dview &V = A.V;
   const uint32_t list = V.g->pin_next, n = V.ring_n[list];
   if (tr_refused(A)) return;
+  if (blockIdx.x == 0 && threadIdx.x == 0) V.g->pf_open = 1u; /* k_wr_end closes the list */
   GRID_STRIDE(i, (uint64_t)n) {
     uint64_t key = V.ring_keys[(uint64_t)list * V.ring_cap + i];
     int64_t pos = emc__index_find(&V.ix, key);
@@ -508,17 +509,6 @@ __global__ void __launch_bounds__(256) k_pf_pin(const __grid_constant__ tr_args 
     }
   }
   if (shortfall) atomicAdd(&V.g->pin_shortfall, shortfall);
-}
-
-__global__ void k_pf_end(const __grid_constant__ tr_args A) {
-  const dview &V = A.V;
-  dglob *g = V.g;
-  if (tr_refused(A)) return;
-  V.ring_n[g->pin_next] = (uint32_t)g->pf_new_n;
-  g->prefetched += g->pf_new_n;
-  g->pin_next = (g->pin_next + 1u) % V.n_lists;
-  __threadfence_system();
-  ((volatile ull *)V.bad_mirror)[2] = g->pin_shortfall;
 }
 
 /* ---------------------------------------------------------------- launchers */
@@ -581,11 +571,6 @@ cudaError_t emc__cu_train_update(const tr_args *A, cudaStream_t st) {
 cudaError_t emc__cu_prefetch_pin(const tr_args *A, cudaStream_t st) {
   EMC_LAUNCH_OR_RETURN(k_pf_release, grid_for(A->V.ring_cap ? A->V.ring_cap : 1, 256), 256, st, *A);
   if (A->n > 0) EMC_LAUNCH_OR_RETURN(k_pf_pin, grid_for(A->n, 256), 256, st, *A);
-  return cudaSuccess;
-}
-
-cudaError_t emc__cu_prefetch_end(const tr_args *A, cudaStream_t st) {
-  EMC_LAUNCH_OR_RETURN(k_pf_end, 1, 1, st, *A);
   return cudaSuccess;
 }
 

@@ -43,7 +43,6 @@ cudaError_t emc__cu_train_update(const tr_args *A, cudaStream_t st);
  * missing ones recorded for admission (mode EMC_MODE_PREFETCH). */
 cudaError_t emc__cu_prefetch_pin(const tr_args *A, cudaStream_t st);
 /* Writer call, before end: the new list's length, the ring advanced, the shortfall mirrored. */
-cudaError_t emc__cu_prefetch_end(const tr_args *A, cudaStream_t st);
 
 /* Cache create: the claim bits of a hashed map's used slots (cap slots, rowp1: device alias). */
 cudaError_t emc__cu_claim_init(uint32_t *bits, const uint64_t *rowp1, uint64_t cap, cudaStream_t st);

@@ -121,7 +121,11 @@ static emc_status prepare(tcall *tc, const uint64_t *ids, size_t staging, size_t
   return EMC_OK;
 cuda:
   emc__cuda_slot_failed(k, S, tc->st);
-  return emc__cuda_fail(e, what);
+  {
+    emc_status status = emc__cuda_fail(e, what);
+    if (tc->capturing) emc__cuda_capture_abandon(tc->st);
+    return status;
+  }
 }
 
 /* A call that failed to enqueue (lock held): its status; the slot, which may hold part of the
@@ -129,6 +133,7 @@ cuda:
  * host buffers are done. */
 static emc_status enqueue_failed(tcall *tc, cudaError_t e, const char *what) {
   emc_status status = emc__cuda_fail(e, what);
+  if (tc->capturing) emc__cuda_capture_abandon(tc->st);
   if (tc->S && !tc->S->captured) {
     if (emc__cuda_wait_stream(tc->k, tc->st) != cudaSuccess) (void)cudaGetLastError();
     emc__cuda_slot_failed(tc->k, tc->S, tc->st);
@@ -157,13 +162,12 @@ static cudaError_t writer(tcall *tc) {
   }
   e = tc->A.op == TR_PREFETCH ? emc__cu_prefetch_pin(&tc->A, ws) : emc__cu_train_update(&tc->A, ws);
   if (e == cudaSuccess) e = emc__cuda_writer_body(k, C, ws);
-  if (e == cudaSuccess && tc->A.op == TR_PREFETCH) e = emc__cu_prefetch_end(&tc->A, ws);
   if (e != cudaSuccess) { /* the section is ended and closed all the same */
-    (void)emc__cu_wr_end(k, C, ws);
+    (void)emc__cuda_section_end(k, C, ws);
     (void)emc__cuda_section_close(k, ws, tc->capturing);
     return e;
   }
-  if ((e = emc__cu_wr_end(k, C, ws)) != cudaSuccess) {
+  if ((e = emc__cuda_section_end(k, C, ws)) != cudaSuccess) {
     (void)emc__cuda_section_close(k, ws, tc->capturing);
     return e;
   }

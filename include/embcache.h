@@ -76,6 +76,11 @@
  *   graphs before the cache. So two graphs instantiated from one capture share that buffer:
  *   never run them at once. At most 8 captures holding calls of one cache may be under way
  *   at the same time. A call on a stream whose capture was invalidated returns EMC_ECUDA.
+ *   Failures after enqueueing: a call that gets EMC_ECUDA from a CUDA call (a launch the
+ *   runtime refuses, ...) after part of its work was enqueued leaves that part to run: the
+ *   cache stays consistent and loses no row, host `out` and `where` are not written, but an
+ *   insert or a training call may be partly applied (do not simply repeat a training step).
+ *   Under capture such a failure invalidates the capture, so no graph holds half a call.
  *   Store rows: the store's row memory is registered and mapped: the device reads missing
  *   rows from host memory directly and writes dirty rows back there. emc_store_read of an
  *   attached store sees written-back rows once emc_flush (which waits) has returned.

@@ -348,7 +348,7 @@ START_TEST(captured_scratch_released_with_its_graphs) {
   cudaStream_t s;
   cudaGraph_t g;
   cudaGraphExec_t exec;
-  int k, recaptures = (int)emct_gpu_scale(40, 4);
+  int k, failures = 0, recaptures = (int)emct_gpu_scale(40, 4);
   emct_world_init(&w, specs, NT, 1.05, 71);
   emc_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
@@ -383,6 +383,36 @@ START_TEST(captured_scratch_released_with_its_graphs) {
   EMCT_OK(emc_lookup_ex(c, dids, offsets, dout, NULL, s));
   CUDA_OK(cudaStreamEndCapture(s, &g));
   CUDA_OK(cudaGraphDestroy(g));
+  ck_assert_uint_eq(captured_slots(c, 0), 0);
+  /* a call that fails to enqueue under capture (each launch of it refused in turn) invalidates
+   * the capture: no graph ever holds half a call, and the slot goes with the capture */
+  for (k = 0;; k++) {
+    emc_status st;
+    cudaError_t e;
+    long long launches;
+    g = NULL;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    emc__inject_launches_arm(k);
+    st = emc_lookup_ex(c, dids, offsets, dout, NULL, s);
+    launches = emc__inject_launches_disarm();
+    e = cudaStreamEndCapture(s, &g);
+    if (k >= launches || st == EMC_OK) { /* none failed, or the call absorbed it */
+      ck_assert_msg(st == EMC_OK && e == cudaSuccess, "%s, %s", emc_status_name(st), cudaGetErrorName(e));
+      CUDA_OK(cudaGraphDestroy(g));
+      if (k >= launches) break;
+      continue;
+    }
+    failures++;
+    ck_assert_msg(st == EMC_ECUDA, "launch %d refused: the captured lookup returned %s (%s)", k,
+                  emc_status_name(st), emc_last_error_detail());
+    ck_assert_msg(e == cudaErrorStreamCaptureInvalidated && g == NULL,
+                  "launch %d refused: ending the capture gave %s", k, cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    ck_assert_msg(captured_slots(c, 0) == 0, "launch %d refused: %u captured slots held", k,
+                  emc__cuda_captured_slots(c));
+    cuda_check(c, "after a captured call failed");
+  }
+  ck_assert_msg(failures > 2, "of %d launches of the captured lookup, %d made it fail", k, failures);
   ck_assert_uint_eq(captured_slots(c, 0), 0);
   EMCT_OK(emc_flush(c, NULL));
   cuda_check(c, "after the captures");
