@@ -2,18 +2,24 @@
  * emc-bench-gpu: the CUDA backend of embcache, measured in one run.
  *
  *   1. hit:        all-hit lookups of 1 Mi uniform ids (device ids/out, host offsets) from a
- *                  cache holding every row of a 1 Mi x 64 f32 table; GB/s against a
- *                  device-to-device cudaMemcpyAsync of the same bytes.
+ *                  cache holding every row of a 1 Mi x 64 f32 table, --reps of them back to
+ *                  back; GB/s against as many device-to-device cudaMemcpyAsync of the same
+ *                  bytes, back to back.
  *   2. miss:       lookups of the same table's 1 Mi distinct ids through a 1 MiB cache (rows
- *                  come from the registered host store); GB/s against a pinned H2D copy.
+ *                  come from the registered host store), back to back; GB/s against pinned
+ *                  H2D copies of the row bytes, back to back.
+ *                  Every lookup figure (1, 2, 4, 5) includes the cache's writer stream: the
+ *                  timed region ends after emc_flush (or a device synchronize), which waits
+ *                  for the writer calls (admission, eviction) the lookups enqueued there.
  *   3. latency:    Criteo-Kaggle tables (26, --scale), Zipf(1.05) ids, cache 5 % of the store:
  *                  single lookups of 2,048 samples x 26 ids, p50 / p99 (wall and GPU).
  *   4. throughput: the same store and cache size, batches of 16,384 samples: ids/s, hit ratio,
  *                  index bytes per row; and in the same run the per-table baseline: one cache
  *                  per table over single-table stores, the same budget split by table size
  *                  (bench/per_table.c), on the same batches: its ids/s and hit ratio.
- *   5. streams:    2,048 x 26 lookups from one stream, then the same number spread over four
- *                  streams (one cache): ids/s of each and the ratio.
+ *   5. streams:    2,048 x 26 lookups from one host thread on one stream, then the same number
+ *                  from four host threads, each on a stream of its own (one cache): ids/s of
+ *                  each (wall time to a device synchronize) and the ratio.
  *   6. launches:   one lookup captured into a CUDA graph (relaxed mode) and its nodes counted
  *                  (under capture the writer call that admits the misses is captured too);
  *                  -1 and the reason when capture fails (the bench goes on).
@@ -32,6 +38,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,16 +141,19 @@ static double ev_ms(const bench *b) {
   CU(cudaEventElapsedTime(&ms, b->e0, b->e1));
   return (double)ms;
 }
-/* Median milliseconds of b->reps runs of `work`, each timed alone by events on b->st;
- * ms: scratch of b->reps doubles. */
-#define MEDIAN_MS(b, ms, work)                      \
-  do {                                              \
-    for (unsigned r_ = 0; r_ < (b)->reps; r_++) {   \
-      CU(cudaEventRecord((b)->e0, (b)->st));        \
-      work;                                         \
-      CU(cudaEventRecord((b)->e1, (b)->st));        \
-      (ms)[r_] = ev_ms(b);                          \
-    }                                               \
+/* Milliseconds per run of `work`, b->reps runs back to back on b->st, timed by events; with
+ * cache c (or NULL) the region ends after emc_flush(c, b->st), which orders the cache's writer
+ * stream (the calls' admission and eviction) before it on b->st. */
+#define BACK_TO_BACK_MS(b, c, out_ms, work)                         \
+  do {                                                              \
+    CU(cudaStreamSynchronize((b)->st));                             \
+    CU(cudaEventRecord((b)->e0, (b)->st));                          \
+    for (unsigned r_ = 0; r_ < (b)->reps; r_++) {                   \
+      work;                                                         \
+    }                                                               \
+    if (c) EMC(emc_flush((c), (b)->st));                            \
+    CU(cudaEventRecord((b)->e1, (b)->st));                          \
+    (out_ms) = ev_ms(b) / (double)(b)->reps;                        \
   } while (0)
 
 static emc_store *make_store(const uint64_t *rows, uint32_t n_tables) {
@@ -217,7 +227,6 @@ static void run_hit_miss(bench *b, results *R) {
   const uint64_t n = HIT_ROWS, rb = ROW_BYTES, stride = emcb_slot_stride(ROW_BYTES);
   const uint64_t off_warm[2] = {0, WARM_CHUNK}, off[2] = {0, n};
   const size_t out_bytes = (size_t)(n * rb);
-  double *ms = xmalloc(b->reps * sizeof *ms);
   uint64_t *ids = xmalloc(n * sizeof *ids), *d_ids = NULL;
   unsigned char *d_out = NULL;
   emct_rng rng;
@@ -232,13 +241,12 @@ static void run_hit_miss(bench *b, results *R) {
   CU(cudaMemcpyAsync(d_ids, ids, n * 8, cudaMemcpyHostToDevice, b->st));
   for (uint64_t i = 0; i < n; i += WARM_CHUNK) /* every row once: all admitted */
     EMC(emc_lookup(c, d_ids + i, off_warm, d_out, b->st));
-  CU(cudaStreamSynchronize(b->st)); /* ids[] is rewritten below */
+  EMC(emc_flush(c, b->st)); /* and their admissions on the writer stream; ids[] is rewritten below */
   for (uint64_t i = 0; i < n; i++) ids[i] = emct_rng_below(&rng, n);
   CU(cudaMemcpyAsync(d_ids, ids, n * 8, cudaMemcpyHostToDevice, b->st));
   EMC(emc_lookup(c, d_ids, off, d_out, b->st)); /* untimed: sizes the call's scratch */
   emc_stats s0 = stats_now(b, c);
-  MEDIAN_MS(b, ms, EMC(emc_lookup(c, d_ids, off, d_out, b->st)));
-  R->hit_ms = pct(ms, b->reps, 0.5);
+  BACK_TO_BACK_MS(b, c, R->hit_ms, EMC(emc_lookup(c, d_ids, off, d_out, b->st)));
   emc_stats s1 = stats_now(b, c);
   const uint64_t want = (uint64_t)b->reps * n;
   R->hit_all_hits = s1.hits - s0.hits == want && s1.lookups - s0.lookups == want;
@@ -261,8 +269,8 @@ static void run_hit_miss(bench *b, results *R) {
   CU(cudaMalloc(&d_b, cpy));
   CU(cudaMemsetAsync(d_a, 1, cpy, b->st));
   CU(cudaMemcpyAsync(d_b, d_a, cpy, cudaMemcpyDeviceToDevice, b->st)); /* warm */
-  MEDIAN_MS(b, ms, CU(cudaMemcpyAsync(d_b, d_a, cpy, cudaMemcpyDeviceToDevice, b->st)));
-  R->d2d_ms = pct(ms, b->reps, 0.5);
+  BACK_TO_BACK_MS(b, (emc_cache *)NULL, R->d2d_ms,
+                  CU(cudaMemcpyAsync(d_b, d_a, cpy, cudaMemcpyDeviceToDevice, b->st)));
   CU(cudaFree(d_a));
   CU(cudaFree(d_b));
   R->d2d_gbps = 2.0 * (double)cpy / (R->d2d_ms * 1e-3) / 1e9;
@@ -278,8 +286,7 @@ static void run_hit_miss(bench *b, results *R) {
   CU(cudaMemcpyAsync(d_ids, ids, n * 8, cudaMemcpyHostToDevice, b->st));
   EMC(emc_lookup(c, d_ids, off, d_out, b->st)); /* untimed: scratch */
   s0 = stats_now(b, c);
-  MEDIAN_MS(b, ms, EMC(emc_lookup(c, d_ids, off, d_out, b->st)));
-  R->miss_ms = pct(ms, b->reps, 0.5);
+  BACK_TO_BACK_MS(b, c, R->miss_ms, EMC(emc_lookup(c, d_ids, off, d_out, b->st)));
   s1 = stats_now(b, c);
   R->miss_hit_ratio = (double)(s1.hits - s0.hits) / (double)(s1.lookups - s0.lookups);
   bad += check_rows(b, d_out, ids, n, 1, &rng);
@@ -291,8 +298,8 @@ static void run_hit_miss(bench *b, results *R) {
   CU(cudaMallocHost(&h_src, out_bytes));
   memset(h_src, 1, out_bytes);
   CU(cudaMemcpyAsync(d_out, h_src, out_bytes, cudaMemcpyHostToDevice, b->st)); /* warm */
-  MEDIAN_MS(b, ms, CU(cudaMemcpyAsync(d_out, h_src, out_bytes, cudaMemcpyHostToDevice, b->st)));
-  R->h2d_ms = pct(ms, b->reps, 0.5);
+  BACK_TO_BACK_MS(b, (emc_cache *)NULL, R->h2d_ms,
+                  CU(cudaMemcpyAsync(d_out, h_src, out_bytes, cudaMemcpyHostToDevice, b->st)));
   CU(cudaFreeHost(h_src));
   R->h2d_gbps = (double)out_bytes / (R->h2d_ms * 1e-3) / 1e9;
   R->miss_ratio_vs_copy = R->miss_gbps / R->h2d_gbps;
@@ -305,7 +312,6 @@ static void run_hit_miss(bench *b, results *R) {
   CU(cudaFree(d_out));
   emc_store_destroy(s);
   free(ids);
-  free(ms);
 }
 
 /* ------------------------------------------------------------------ 3 + 4: Criteo */
@@ -405,6 +411,51 @@ static void run_prewarm(bench *b, results *R, emc_store *s, const uint64_t *rows
   CU(cudaFree(d_out));
 }
 
+/* ------------------------------------------------------------------ 5: streams */
+typedef struct st_worker {
+  pthread_t th;
+  emc_cache *c;
+  const uint64_t *d, *off;
+  size_t sper, first, nb, step;
+  unsigned char *out;
+  cudaStream_t st;
+  pthread_barrier_t *go;
+  int device;
+} st_worker;
+
+static void *st_run(void *arg) {
+  st_worker *w = arg;
+  CU(cudaSetDevice(w->device));
+  pthread_barrier_wait(w->go);
+  for (size_t i = w->first; i < w->nb; i += w->step) EMC(emc_lookup(w->c, w->d + i * w->sper, w->off, w->out, w->st));
+  return NULL;
+}
+
+/* Seconds for lookups 0..nb-1 of the trace from `threads` host threads, thread k on stream k
+ * issuing lookups k, k + threads, ...: from the start signal to a device synchronize (so the
+ * cache's writer stream counts). */
+static double run_streams(emc_cache *c, const uint64_t *d, size_t sper, const uint64_t *off,
+                          unsigned char **outs, cudaStream_t *sts, size_t nb, unsigned threads) {
+  st_worker w[ST_STREAMS];
+  pthread_barrier_t go;
+  double w0;
+  int dev = 0;
+  CU(cudaGetDevice(&dev));
+  if (pthread_barrier_init(&go, NULL, threads + 1) != 0) die_emc("pthread_barrier_init", EMC_ENOMEM);
+  for (unsigned k = 0; k < threads; k++) {
+    w[k] = (st_worker){.c = c, .d = d, .off = off, .sper = sper, .first = k, .nb = nb, .step = threads,
+                       .out = outs[k], .st = sts[k], .go = &go, .device = dev};
+    if (pthread_create(&w[k].th, NULL, st_run, &w[k]) != 0) die_emc("pthread_create", EMC_ENOMEM);
+  }
+  w0 = now_s();
+  pthread_barrier_wait(&go);
+  for (unsigned k = 0; k < threads; k++) pthread_join(w[k].th, NULL);
+  CU(cudaDeviceSynchronize());
+  w0 = now_s() - w0;
+  pthread_barrier_destroy(&go);
+  return w0;
+}
+
 static void run_criteo(bench *b, results *R, double scale) {
   uint64_t rows[EMCT_CRITEO_KAGGLE_TABLES], total = 0, off[EMCT_CRITEO_KAGGLE_TABLES + 1];
   const uint32_t nt =
@@ -466,6 +517,7 @@ static void run_criteo(bench *b, results *R, double scale) {
   CU(cudaEventRecord(b->e0, b->st));
   for (unsigned i = 0; i < TP_TIMED; i++)
     EMC(emc_lookup(c, d + (TP_WARM + i) * tper, off, d_out, b->st));
+  EMC(emc_flush(c, b->st)); /* the writer stream's admissions and evictions count too */
   CU(cudaEventRecord(b->e1, b->st));
   R->tp_seconds = ev_ms(b) * 1e-3;
   s1 = stats_now(b, c);
@@ -519,15 +571,8 @@ static void run_criteo(bench *b, results *R, double scale) {
     }
     for (size_t i = 0; i < nb; i++) EMC(emc_lookup(c, d + i * sper, off, outs[0], sts[0])); /* warm */
     CU(cudaDeviceSynchronize());
-    double w0 = now_s();
-    for (size_t i = 0; i < nb; i++) EMC(emc_lookup(c, d + i * sper, off, outs[0], sts[0]));
-    CU(cudaStreamSynchronize(sts[0]));
-    R->st1_ids_per_s = (double)nb * (double)sper / (now_s() - w0);
-    w0 = now_s();
-    for (size_t i = 0; i < nb; i++)
-      EMC(emc_lookup(c, d + i * sper, off, outs[i % ST_STREAMS], sts[i % ST_STREAMS]));
-    for (unsigned k = 0; k < ST_STREAMS; k++) CU(cudaStreamSynchronize(sts[k]));
-    R->st4_ids_per_s = (double)nb * (double)sper / (now_s() - w0);
+    R->st1_ids_per_s = (double)nb * (double)sper / run_streams(c, d, sper, off, outs, sts, nb, 1);
+    R->st4_ids_per_s = (double)nb * (double)sper / run_streams(c, d, sper, off, outs, sts, nb, ST_STREAMS);
     bad += check_rows(b, outs[(nb - 1) % ST_STREAMS], h + (nb - 1) * sper, LAT_BATCH, nt, &rng);
     EMC(emc_cache_destroy(c));
     for (unsigned k = 0; k < ST_STREAMS; k++) {
@@ -823,7 +868,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%-34s %9.3g ids/s  hit ratio %.4f; global x%.2f faster\n",
             "per-table caches, same budget", R.pt_ids_per_s, R.pt_hit_ratio,
             R.tp_ids_per_s / R.pt_ids_per_s);
-    fprintf(stderr, "%-34s %9.3g ids/s  one stream %.3g ids/s, x%.2f\n", "4 streams, 2048 x 26 ids",
+    fprintf(stderr, "%-34s %9.3g ids/s  one stream %.3g ids/s, x%.2f\n", "4 threads x 1 stream, 2048 x 26 ids",
             R.st4_ids_per_s, R.st1_ids_per_s, R.st4_ids_per_s / R.st1_ids_per_s);
     if (b.prewarm)
       fprintf(stderr, "%-34s %9.4f        cold %.4f, replayed sample %.4f; %" PRIu64 " rows, plan "
