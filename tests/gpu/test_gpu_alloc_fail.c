@@ -307,7 +307,7 @@ static void sweep(int device_bufs, int launches) {
       printf("  %s %lld (%s): no call failed\n", launches ? "launch" : "point", p, kind ? kind : "not reached");
     }
   }
-  ck_assert_msg(R.failures > n / 2 / (launches ? launch_step() : 1), "only %d of %lld failure points made a call fail",
+  ck_assert_msg(launches ? R.failures > 0 : R.failures > n / 2, "only %d of %lld failure points made a call fail",
                 R.failures, n);
   printf("test_gpu_alloc_fail (%s buffers): %lld %s, %d failing calls\n",
          device_bufs ? "device" : "host", n, launches ? "kernel launches" : "failure points", R.failures);
@@ -334,7 +334,9 @@ START_TEST(launch_in_burst) {
     R.point = p;
     burst(&R, p);
   }
-  ck_assert_msg(R.failures > n / 2 / launch_step(), "only %d of %lld launches made a call fail", R.failures, n);
+  /* most launches of a burst may be absorbed (captures of new slots' writer graphs, which
+   * concurrent mode makes many of) or not reached: at least one must fail a call */
+  ck_assert_msg(R.failures > 0, "none of %lld launches made a call fail", n);
   printf("test_gpu_alloc_fail (burst, device buffers): %lld kernel launches, %d failing calls\n", n,
          R.failures);
 }
