@@ -60,7 +60,7 @@
 #define DIM 64u                   /* f32 elements per row: 256-byte rows everywhere */
 #define ROW_BYTES (DIM * 4u)
 #define SEED 1u                   /* store fill and trace seed */
-#define HIT_ROWS (1u << 20)       /* hit/miss table rows; also the keys per lookup */
+#define HIT_ROWS (1u << 20)       /* hit/miss table rows, also the keys per lookup (--hit-rows) */
 #define WARM_CHUNK (1u << 18)     /* ids per warm-up lookup of the hit cache */
 #define MISS_CAPACITY (1u << 20)  /* the miss cache: 1 MiB */
 #define ALPHA 1.05
@@ -132,6 +132,7 @@ typedef struct bench {
   int wrong;             /* a check failed: exit 1 */
   int prewarm;           /* --prewarm: figure 7 */
   size_t pw_sample, pw_batches; /* its sample and measured batches */
+  uint64_t hit_rows;     /* figures 1 and 2: table rows and keys per lookup */
 } bench;
 
 /* Milliseconds between e0 and e1 once e1 has completed. */
@@ -224,8 +225,8 @@ typedef struct results {
 
 /* ------------------------------------------------------------------ 1 + 2: hit and miss */
 static void run_hit_miss(bench *b, results *R) {
-  const uint64_t n = HIT_ROWS, rb = ROW_BYTES, stride = emcb_slot_stride(ROW_BYTES);
-  const uint64_t off_warm[2] = {0, WARM_CHUNK}, off[2] = {0, n};
+  const uint64_t n = b->hit_rows, rb = ROW_BYTES, stride = emcb_slot_stride(ROW_BYTES);
+  const uint64_t chunk = n < WARM_CHUNK ? n : WARM_CHUNK, off_warm[2] = {0, chunk}, off[2] = {0, n};
   const size_t out_bytes = (size_t)(n * rb);
   uint64_t *ids = xmalloc(n * sizeof *ids), *d_ids = NULL;
   unsigned char *d_out = NULL;
@@ -239,7 +240,7 @@ static void run_hit_miss(bench *b, results *R) {
   emc_cache *c = make_cache(s, (size_t)(n * stride + n * stride / 32), 1.0f, 0.9f);
   for (uint64_t i = 0; i < n; i++) ids[i] = i;
   CU(cudaMemcpyAsync(d_ids, ids, n * 8, cudaMemcpyHostToDevice, b->st));
-  for (uint64_t i = 0; i < n; i += WARM_CHUNK) /* every row once: all admitted */
+  for (uint64_t i = 0; i < n; i += chunk) /* every row once: all admitted */
     EMC(emc_lookup(c, d_ids + i, off_warm, d_out, b->st));
   EMC(emc_flush(c, b->st)); /* and their admissions on the writer stream; ids[] is rewritten below */
   for (uint64_t i = 0; i < n; i++) ids[i] = emct_rng_below(&rng, n);
@@ -675,6 +676,8 @@ static void usage(FILE *f) {
              "  --train-steps N --train-warmup W --train-batch B   (default 50, 10, 16384)\n"
              "  --prefetch-depth D  --train: cfg.prefetch_depth (default 1; 0..14)\n"
              "  --reps N       timed repetitions of the hit/miss lookups and copies (default 20)\n"
+             "  --hit-rows N   rows of the hit/miss table and keys per lookup (default 1048576;\n"
+             "                 a power of two from 4096; smaller for the CPU model)\n"
              "  --prewarm      figure 7: an empty cache against one warmed with the hot set of\n"
              "                 the first --prewarm-sample N batches (default 64), on the\n"
              "                 --prewarm-batches K after them (default 16); needs the Criteo part\n"
@@ -693,6 +696,7 @@ int main(int argc, char **argv) {
                                      {"train-batch", required_argument, NULL, 'Z'},
                                      {"prefetch-depth", required_argument, NULL, 'D'},
                                      {"reps", required_argument, NULL, 'r'},
+                                     {"hit-rows", required_argument, NULL, 'H'},
                                      {"out", required_argument, NULL, 'o'},
                                      {"help", no_argument, NULL, 'h'},
                                      {"prewarm", no_argument, NULL, 'p'},
@@ -704,7 +708,7 @@ int main(int argc, char **argv) {
   emcb_train_gpu_opts to = {.scale = 1.0, .batch = 16384, .warmup = 10, .steps = 50,
                             .prefetch_depth = 1, .cache_frac = CACHE_FRAC, .graph_reps = 20};
   const char *out_path = NULL;
-  bench b = {.reps = 20, .pw_sample = 64, .pw_batches = 16};
+  bench b = {.reps = 20, .pw_sample = 64, .pw_batches = 16, .hit_rows = HIT_ROWS};
   char *end = NULL;
   int li = 0;
   opterr = 0;
@@ -728,6 +732,10 @@ int main(int argc, char **argv) {
       unsigned long v = strtoul(optarg, &end, 10);
       if (errno || *end || optarg[0] == '-' || v == 0 || v > 100000) goto bad;
       b.reps = (unsigned)v;
+    } else if (c == 'H') { /* a power of two from 4 Ki to 16 Mi */
+      unsigned long v = strtoul(optarg, &end, 10);
+      if (errno || *end || optarg[0] == '-' || v < 4096 || v > (1ul << 24) || (v & (v - 1))) goto bad;
+      b.hit_rows = v;
     } else if (c == 'k') {
       skip_criteo = 1;
     } else if (c == 'p') {
@@ -807,10 +815,10 @@ int main(int argc, char **argv) {
   jl_bool(&j, "hit_all_hits", R.hit_all_hits);
   jl_bool(&j, "criteo", !skip_criteo);
   const struct { const char *k; double v; } nums[] = {
-      {"dim", DIM}, {"reps", b.reps}, {"hit_keys", HIT_ROWS}, {"hit_ms", R.hit_ms},
+      {"dim", DIM}, {"reps", b.reps}, {"hit_keys", (double)b.hit_rows}, {"hit_ms", R.hit_ms},
       {"hit_gb_per_s", R.hit_gbps}, {"d2d_copy_ms", R.d2d_ms},
       {"d2d_copy_gb_per_s", R.d2d_gbps}, {"hit_ratio_vs_d2d", R.hit_ratio_vs_copy},
-      {"miss_keys", HIT_ROWS}, {"miss_capacity_bytes", MISS_CAPACITY}, {"miss_ms", R.miss_ms},
+      {"miss_keys", (double)b.hit_rows}, {"miss_capacity_bytes", MISS_CAPACITY}, {"miss_ms", R.miss_ms},
       {"miss_gb_per_s", R.miss_gbps}, {"h2d_copy_ms", R.h2d_ms},
       {"h2d_copy_gb_per_s", R.h2d_gbps}, {"miss_ratio_vs_h2d", R.miss_ratio_vs_copy},
       {"miss_hit_ratio", R.miss_hit_ratio}, {"criteo_scale", skip_criteo ? NAN : scale},
@@ -854,10 +862,13 @@ int main(int argc, char **argv) {
 
   /* ---- report: the human table */
   fprintf(stderr, "\n%-34s %14s   %s\n", "figure", "value", "reference");
-  fprintf(stderr, "%-34s %9.1f GB/s   D2D memcpy %.1f GB/s, ratio %.3f%s\n", "hit lookup, 1 Mi ids",
+  char hit_label[64], miss_label[64];
+  snprintf(hit_label, sizeof hit_label, "hit lookup, %" PRIu64 " ids", b.hit_rows);
+  snprintf(miss_label, sizeof miss_label, "miss lookup, %" PRIu64 " ids, 1 MiB cache", b.hit_rows);
+  fprintf(stderr, "%-34s %9.1f GB/s   D2D memcpy %.1f GB/s, ratio %.3f%s\n", hit_label,
           R.hit_gbps, R.d2d_gbps, R.hit_ratio_vs_copy, R.hit_all_hits ? "" : " (NOT all hits)");
   fprintf(stderr, "%-34s %9.1f GB/s   pinned H2D %.1f GB/s, ratio %.3f; hit ratio %.4f\n",
-          "miss lookup, 1 Mi ids, 1 MiB cache", R.miss_gbps, R.h2d_gbps, R.miss_ratio_vs_copy,
+          miss_label, R.miss_gbps, R.h2d_gbps, R.miss_ratio_vs_copy,
           R.miss_hit_ratio);
   if (!skip_criteo) {
     fprintf(stderr, "%-34s %9.1f us     p99 %.1f us; GPU p50 %.1f / p99 %.1f us; hit %.4f\n",
