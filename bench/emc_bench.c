@@ -944,6 +944,11 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
             plru_t2, plru_t1);
   fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f\n", lps,
           lps * (double)b->row_bytes / 1e9, glps, lps / glps);
+  if (be == EMC_BACKEND_HOST) /* what the first figure a user sees means (issue 19) */
+    fprintf(stderr, "emc-bench:   host backend: cache and store share host memory, so x%.2f is a "
+            "lookup through the cache against gathering the same rows straight from the store "
+            "(above 1: caching pays even here); the GPU figure, a cache in device memory in "
+            "front of a host store, is emc-bench-gpu's\n", lps / glps);
   if (o->train) emcb_train_print(stderr, "emc-bench", &tres);
   if (o->per_table)
     fprintf(stderr, "emc-bench:   per-table caches: hit %.4f, %.3g lookups/s (global x%.2f)\n",
