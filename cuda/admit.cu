@@ -45,6 +45,7 @@ __global__ void k_wr_begin(const __grid_constant__ wr_args A) {
   g->clock++;
   g->n_grants = 0;
   g->n_new_pages = 0;
+  g->pages_inited = 0;
   g->pass_active = 0;
   g->aging = 0;
   g->repack_active = 0;
@@ -165,20 +166,24 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_plan(const __grid_constant__
   if (threadIdx.x == 0 && C.mode == EMC_MODE_PREFETCH && skipped) g->pin_shortfall += skipped;
 }
 
-/* New pages: every slot free. A block per page. */
+/* New pages: every slot free. A block per page. A section whose k_page_init failed to
+ * enqueue has its new pages initialized by its k_wr_end (they are the tables' current pages:
+ * a later call would grant slots from a stale bitmap). */
+__device__ void page_init(const dview &V, uint32_t p, uint32_t tid, uint32_t nthreads) {
+  emc__page_hdr *h = hdr_of(V, p);
+  const emc__page_layout *L = &V.tabs[h->table].L;
+  uint64_t *bm = emc__page_bitmap(h, L);
+  for (uint32_t w = tid; w < L->n_words; w += nthreads) {
+    uint32_t lo = w * 64;
+    bm[w] = L->n_slots >= lo + 64 ? ~0ull : (L->n_slots > lo ? (1ull << (L->n_slots - lo)) - 1u : 0ull);
+  }
+}
+
 __global__ void __launch_bounds__(256) k_page_init(const __grid_constant__ wr_args A) {
   const dview &V = A.V;
   uint32_t np = V.g->n_new_pages;
-  for (uint32_t i = blockIdx.x; i < np; i += gridDim.x) {
-    uint32_t p = V.new_pages[i];
-    emc__page_hdr *h = hdr_of(V, p);
-    const emc__page_layout *L = &V.tabs[h->table].L;
-    uint64_t *bm = emc__page_bitmap(h, L);
-    for (uint32_t w = threadIdx.x; w < L->n_words; w += blockDim.x) {
-      uint32_t lo = w * 64;
-      bm[w] = L->n_slots >= lo + 64 ? ~0ull : (L->n_slots > lo ? (1ull << (L->n_slots - lo)) - 1u : 0ull);
-    }
-  }
+  for (uint32_t i = blockIdx.x; i < np; i += gridDim.x) page_init(V, V.new_pages[i], threadIdx.x, blockDim.x);
+  if (blockIdx.x == 0 && threadIdx.x == 0) V.g->pages_inited = 1u; /* read by k_wr_end, after */
 }
 
 /* ---------------------------------------------------------------- fill */
@@ -383,6 +388,8 @@ __global__ void __launch_bounds__(256) k_wr_end(const __grid_constant__ wr_args 
   const dview &V = A.V;
   const dcall &C = A.C;
   dglob *g = V.g;
+  const uint32_t np = g->pages_inited ? 0u : g->n_new_pages;
+  for (uint32_t i = 0; i < np; i++) page_init(V, V.new_pages[i], threadIdx.x, blockDim.x);
   for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
     if (C.need) C.need[t] = 0;
     V.ts[t].need = 0;

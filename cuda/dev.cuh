@@ -105,6 +105,8 @@ typedef struct dglob {
   uint32_t writer_in;                 /* a section is open (k_wr_begin .. k_wr_end) */
   uint32_t pf_open;                   /* a prefetch released its ring list (k_pf_release) and
                                          its section's k_wr_end has not yet closed the list */
+  uint32_t pages_inited, pad3_;       /* k_page_init ran for this section's new pages (else
+                                         k_wr_end initializes them) */
   ull overlaps;                       /* sections that began while another was open */
   ull err_a, err_b;                   /* ... and its figures (position / id, counts) */
 } dglob;
