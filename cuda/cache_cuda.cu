@@ -202,10 +202,9 @@ cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream
 }
 
 /* A lookup's writer call. A stage that fails to enqueue after begin still gets its end when
- * that can be enqueued (defect 4: the section is closed). A half-made admission publishes no
- * entry, so no row is lost or served wrong; a launch failure between plan and page init can
- * leave a table's new current page with a stale free bitmap (launch failures are sticky
- * device errors in practice: the cache then refuses every call anyway). */
+ * that can be enqueued (defect 4: the section is closed; if even the end fails, the next
+ * section closes it). A half-made admission publishes no entry, so no row is lost or served
+ * wrong; pages the plan took whose k_page_init never ran are initialized by k_wr_end. */
 static cudaError_t writer_call(emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
   cudaError_t e = emc__cu_wr_begin(k, C, st);
   if (e != cudaSuccess) return e;
