@@ -262,13 +262,18 @@ static long long inj_failed;       /* failures injected since arming */
 static const char *inj_last_what;  /* kind of the last failed point (static string) */
 static size_t inj_last_bytes;      /* its size */
 
+/* What both arms report (emc__inject_failed, emc__inject_last), reset when either is armed. */
+static void inj_reset_reports(void) {
+  __atomic_store_n(&inj_failed, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&inj_last_what, (const char *)NULL, __ATOMIC_RELAXED);
+}
+
 void emc__inject_arm(long long fail_at, size_t min_bytes, int sticky) {
   __atomic_store_n(&inj_fail_at, fail_at < 0 ? -1 : fail_at, __ATOMIC_RELAXED);
   __atomic_store_n(&inj_min_bytes, min_bytes, __ATOMIC_RELAXED);
   __atomic_store_n(&inj_sticky, sticky != 0, __ATOMIC_RELAXED);
   __atomic_store_n(&inj_count, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&inj_failed, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&inj_last_what, (const char *)NULL, __ATOMIC_RELAXED);
+  inj_reset_reports();
   __atomic_store_n(&inj_armed, 1, __ATOMIC_RELEASE);
 }
 
@@ -295,8 +300,7 @@ static long long inj_l_count;    /* launches counted since arming */
 void emc__inject_launches_arm(long long fail_at) {
   __atomic_store_n(&inj_l_fail_at, fail_at < 0 ? -1 : fail_at, __ATOMIC_RELAXED);
   __atomic_store_n(&inj_l_count, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&inj_failed, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&inj_last_what, (const char *)NULL, __ATOMIC_RELAXED);
+  inj_reset_reports();
   __atomic_store_n(&inj_l_armed, 1, __ATOMIC_RELEASE);
 }
 

@@ -82,6 +82,15 @@ static const emct_tspec k_spec[2] = {
 #define PER_T 96
 #define ROUNDS (emct_gpu_quick() ? 3 : 9) /* the model: fewer rounds, every kind of call still */
 
+/* Pattern rows for an insert of the batch (ids, offsets), tagged tag + position. */
+static void insert_rows(const emct_world *w, const uint64_t *ids, const uint64_t *offsets, uint64_t tag,
+                        unsigned char *rows) {
+  for (uint64_t j = 0; j < offsets[2]; j++) {
+    uint32_t t = j < offsets[1] ? 0 : 1;
+    emct_pattern_row(t, ids[j], tag + j, k_spec[t].dim, k_spec[t].dtype, rows + emct_pos_offset(w, offsets, t, j));
+  }
+}
+
 /* The scenario, its failure points armed (fail_at: emc__inject_arm's; -1 counts them) once
  * its world and buffers exist. Returns the number of points it passed. */
 static long long scenario(run *R, int device_bufs, long long fail_at) {
@@ -142,10 +151,7 @@ static long long scenario(run *R, int device_bufs, long long fail_at) {
     }
     emct_world_check_rows(&w, ranks, offsets, out, NULL, "lookup");
     if (k % 3 == 1) { /* inserts of hashed ids below the capacity: new ones included */
-      for (j = 0; j < (int)offsets[2]; j++)
-        emct_pattern_row(j < (int)offsets[1] ? 0 : 1, ids[j], (uint64_t)k * 1000 + (uint64_t)j,
-                         k_spec[j < (int)offsets[1] ? 0 : 1].dim, k_spec[j < (int)offsets[1] ? 0 : 1].dtype,
-                         rows + emct_pos_offset(&w, offsets, j < (int)offsets[1] ? 0 : 1, (uint64_t)j));
+      insert_rows(&w, ids, offsets, (uint64_t)k * 1000, rows);
       R->step = "emc_insert";
       for (;;) {
         mark_detail();
@@ -211,7 +217,7 @@ static long long burst(run *R, long long fail_at) {
   uint64_t *d_ids = NULL;
   unsigned char *d_out = NULL, *d_rows = NULL, *out = malloc(stride), *rows = malloc(stride);
   long long points;
-  int b, j;
+  int b;
   ck_assert(out && rows);
   emct_world_init(&w, k_spec, 2, 1.05, 93);
   CUDA_OK(cudaMalloc((void **)&d_ids, sizeof ids));
@@ -223,11 +229,7 @@ static long long burst(run *R, long long fail_at) {
   cfg.prefetch_depth = 2;
   EMCT_OK(emc_cache_create(w.store, &cfg, &c));
   for (b = 0; b < BURST; b++) emct_world_batch(&w, counts, ids[b], ranks[b], offsets[b]);
-  for (j = 0; j < (int)offsets[0][2]; j++) {
-    uint32_t t = j < (int)offsets[0][1] ? 0 : 1;
-    emct_pattern_row(t, ids[0][j], 7000 + (uint64_t)j, k_spec[t].dim, k_spec[t].dtype,
-                     rows + emct_pos_offset(&w, offsets[0], t, (uint64_t)j));
-  }
+  insert_rows(&w, ids[0], offsets[0], 7000, rows);
   CUDA_OK(cudaMemcpy(d_ids, ids, sizeof ids, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(d_rows, rows, stride, cudaMemcpyHostToDevice));
   emc__inject_launches_arm(fail_at);
