@@ -17,7 +17,8 @@
  * Two providers, chosen once per process when the library is loaded (below: "When"):
  *
  *   jemalloc  its non-standard API (mallocx/dallocx/mallctl: private arenas, no thread
- *             cache), found with dlopen("libjemalloc.so.2") + dlsym;
+ *             cache), found with dlopen("libjemalloc.so.2") + dlsym; blocks from 2 MiB are
+ *             2 MiB-aligned and MADV_HUGEPAGE'd like the system provider's;
  *   system    mmap for blocks of EMC__SYS_MMAP_MIN bytes and more (zero pages for free;
  *             MADV_HUGEPAGE from 2 MiB, so big row tables get transparent huge pages where the
  *             kernel allows), posix_memalign below.
@@ -224,9 +225,20 @@ void emc__sys_arena_destroy(unsigned arena) {
 void *emc__sys_alloc(unsigned arena, size_t bytes, size_t align, int zero) {
   switch (alloc_provider()) {
     case PROV_JEMALLOC: {
-      int flags = MALLOCX_ALIGN(align) | (zero ? MALLOCX_ZERO : 0);
+      int flags;
+      void *p;
+      /* big blocks (row tables, the pool arena, the index) start on a 2 MiB boundary and ask
+       * for transparent huge pages, as the system provider's do: lookups touch them at
+       * random, and a TLB miss per row costs more than the row */
+      if (bytes >= EMC__SYS_HUGE_MIN && align < EMC__SYS_HUGE_MIN) align = EMC__SYS_HUGE_MIN;
+      flags = MALLOCX_ALIGN(align) | (zero ? MALLOCX_ZERO : 0);
       if (arena != 0) flags |= MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
-      return emc__alloc_state.mallocx(bytes, flags);
+      p = emc__alloc_state.mallocx(bytes, flags);
+#ifdef MADV_HUGEPAGE
+      if (p && bytes >= EMC__SYS_HUGE_MIN) /* a hint; the whole 2 MiB pages of the block */
+        (void)madvise(p, bytes & ~(EMC__SYS_HUGE_MIN - 1), MADV_HUGEPAGE);
+#endif
+      return p;
     }
     case PROV_ASAN: {
       void *p = NULL;
