@@ -98,13 +98,58 @@ extern void (*emc__tp_hook)(int kind, const char *what);
 #define EMC__TP(kind, what) ((void)0)
 #endif
 
+/* ------------------------------------------------------------- host vector reads
+ * The host's copies of version-protected rows and its bucket matches use 16-byte vector loads
+ * (SSE2 on x86-64, NEON on aarch64: the baseline of both, no runtime dispatch) where the
+ * build allows: EMC__HOST_VEC. They are volatile loads, not C11 atomics: like the Linux
+ * kernel's READ_ONCE they sit outside C11's model, but GCC and clang emit exactly one load
+ * for each (never elided, fused with another or repeated), and the protocol needs nothing
+ * more of them: a copy that raced a writer is torn at worst, and the validation that follows
+ * every copy (the entry's or the stripe's version re-read after an acquire fence) discards
+ * it. The ThreadSanitizer build (EMC_SANITIZE=thread) and the device keep the relaxed-atomic
+ * path, so the protocol is checked under TSan with C11 atomics. */
+#if !defined(__CUDACC__) && !defined(__CUDA_ARCH__) && !defined(EMCSIM) && \
+    (defined(__x86_64__) || defined(__aarch64__)) && !defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if !__has_feature(thread_sanitizer)
+#define EMC__HOST_VEC 1
+#endif
+#else
+#define EMC__HOST_VEC 1
+#endif
+#endif
+#ifndef EMC__HOST_VEC
+#define EMC__HOST_VEC 0
+#endif
+#if EMC__HOST_VEC
+/* 16 bytes, any alignment (as x86's __m128i_u) */
+typedef long long emc__v16 __attribute__((vector_size(16), may_alias, aligned(1)));
+/* 16 bytes of a version-protected row at p (one load) */
+static inline emc__v16 emc__v16_load(const void *p) { return *(const volatile emc__v16 *)p; }
+#endif
+
 /* Copy `bytes` bytes from a version-protected row (src) to private memory (dst) with
- * relaxed atomic loads. src is 4-byte aligned and readable up to round_up(bytes, 4)
- * (slots and store rows have a stride that is a multiple of 4). */
+ * relaxed atomic loads (host vector loads: see above). src is 4-byte aligned and readable up
+ * to round_up(bytes, 4) (slots and store rows have a stride that is a multiple of 4). */
 EMC_HD void emc__row_load(void *dst, const void *src, size_t bytes) {
   const uint32_t *s = (const uint32_t *)src;
   unsigned char *d = (unsigned char *)dst;
   size_t words = bytes / 4, i;
+#if EMC__HOST_VEC
+  if (bytes >= 16) { /* whole vectors, then the last 16 bytes (overlapping) */
+    const unsigned char *sc = (const unsigned char *)src;
+    size_t n = bytes / 16;
+    for (i = 0; i < n; i++) {
+      emc__v16 v = emc__v16_load(sc + 16 * i);
+      memcpy(d + 16 * i, &v, 16);
+    }
+    if (bytes & 15u) {
+      emc__v16 v = emc__v16_load(sc + bytes - 16);
+      memcpy(d + bytes - 16, &v, 16);
+    }
+    return;
+  }
+#endif
   if (((uintptr_t)src & 7u) == 0) {
     const uint64_t *s8 = (const uint64_t *)src;
     size_t w8 = bytes / 8;
@@ -762,9 +807,12 @@ EMC_HD uint32_t emc__store_stripe(uint32_t table, uint64_t row) {
 
 /* Hashed tables' id -> row map (the store's flat open addressing, lib/store.c): the row of
  * id, or -1 when absent. map_rowp1[i] is row + 1 (0 = empty), published after map_ids[i]. */
+EMC_HD uint64_t emc__map_home(uint64_t id, uint64_t map_cap) {
+  return emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (map_cap - 1u);
+}
 EMC_HD int64_t emc__map_find(const uint64_t *map_ids, const uint64_t *map_rowp1, uint64_t map_cap,
                              uint64_t id) {
-  uint64_t i = emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (map_cap - 1u), n;
+  uint64_t i = emc__map_home(id, map_cap), n;
   for (n = 0; n < map_cap; n++) {
     uint64_t rp = EMC_LD_ACQUIRE(&map_rowp1[i]);
     if (rp == 0) return -1;
