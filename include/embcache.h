@@ -31,7 +31,9 @@
  *   emc_cache: emc_lookup, emc_lookup_ex, emc_insert, emc_flush and emc_get_stats may be
  *   called concurrently from any number of threads. Host backend: lookups never block on a
  *   lock: they read optimistically and validate each row against its index entry's version;
- *   admission of their misses is skipped when another thread holds the cache's writer lock.
+ *   with EMC_ADMISSION_INLINE (the default) admission of their misses is skipped when another
+ *   thread holds the cache's writer lock; with EMC_ADMISSION_BACKGROUND the cache's admission
+ *   thread admits them (see emc_cache_config.admission).
  *
  * CUDA backend (EMC_BACKEND_CUDA, or AUTO where a device answers)
  *   Memory spaces: ids, out, where and rows may be device memory of the cache's device
@@ -317,7 +319,30 @@ typedef struct emc_cache_config {
   uint32_t prefetch_depth;     /* a row pinned by emc_prefetch stays pinned through the next
                                   prefetch_depth prefetch calls and is released by the one
                                   after; default 1; 0 .. 14 */
+  uint32_t admission;          /* host backend: when a lookup's misses are admitted
+                                  (emc_admission); default EMC_ADMISSION_INLINE. The CUDA
+                                  backend always admits on its writer stream and accepts both. */
 } emc_cache_config;
+
+/* When the host backend admits a lookup's misses (emc_cache_config.admission).
+ *   EMC_ADMISSION_INLINE      inside the lookup, after its rows are served (the caller waits
+ *                             for the store reads and any eviction pass); a row a lookup
+ *                             missed is cached when the lookup returns (unless another
+ *                             thread held the writer lock: admit_skipped).
+ *   EMC_ADMISSION_BACKGROUND  the lookup serves its rows, records its misses and returns; a
+ *                             thread of the cache admits them soon after, in order, with the
+ *                             same checks (each row read from the store under the writer lock,
+ *                             so it is current; a row cached meanwhile is left as it is). The
+ *                             next lookup of a missed row may still miss (as on the CUDA
+ *                             backend). Up to EMC_ADMISSION_QUEUE_ROWS misses wait at once;
+ *                             beyond that they are not admitted (admit_skipped). emc_flush
+ *                             first waits until every recorded miss is admitted or skipped,
+ *                             so stats read after it add up. Needs a free core to pay off. */
+typedef enum emc_admission {
+  EMC_ADMISSION_INLINE = 0,
+  EMC_ADMISSION_BACKGROUND = 1
+} emc_admission;
+#define EMC_ADMISSION_QUEUE_ROWS 1048576u
 
 /* Fill *cfg with the defaults above and set struct_size. NULL is ignored. */
 EMC_API void emc_cache_config_init(emc_cache_config *cfg);
@@ -337,14 +362,16 @@ EMC_API emc_status emc_device_count(int *out);
  *        or a size of an earlier version of the struct (missing fields take defaults).
  * The global key codec is built here: a canonical Huffman code of the table ids weighted by
  * row count. Errors: EMC_EINVAL (NULL store/out, bad struct_size, thresholds outside
- * 0 < t2 < t1 <= 1, key_bits not 32/64, unified_index_rows > 2^32, capacity too small for
+ * 0 < t2 < t1 <= 1, key_bits not 32/64, unified_index_rows > 2^32, admission not an
+ * emc_admission, capacity too small for
  * one row of the widest table, or so large that the pool would need more than 2^31 - 1 pages
  * or 2^32 row slots: about 2^48 bytes for wide rows, less for narrow ones), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
  * lacks), EMC_EUNSUPPORTED (store already has a cache; CUDA requested from a build without
  * CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
  * index, above the device's free memory), EMC_ECUDA (a CUDA call failed; its text in the
  * detail; nothing is leaked), EMC_ENOMEM (the cache's host structures; host backend: the
- * pool arena and the index, whose sizes follow capacity_bytes). Blocking. */
+ * pool arena and the index, whose sizes follow capacity_bytes; the admission thread could
+ * not start). Blocking. */
 EMC_API emc_status emc_cache_create(emc_store *store, const emc_cache_config *cfg,
                                     emc_cache **out);
 
@@ -373,7 +400,9 @@ typedef enum emc_where {
 
 /* Look a batch up: out receives every row (see "Batches"). Missing rows are read from the
  * store and admitted into the cache (evicting least-recently-used rows when use would
- * exceed t1). Absent hashed ids give zero rows and are not admitted.
+ * exceed t1): before the call returns, or after it (emc_cache_config.admission; the CUDA
+ * backend: on its writer stream). Absent hashed ids give zero rows and are not admitted.
+ * Every row returned is the row's value at one instant during the call, never torn.
  * Host backend: ids, offsets, out are host pointers; stream must be NULL (ignored).
  * CUDA backend: see "CUDA backend" above (device or host pointers, ordered on stream).
  *   ids:     (offsets[n_tables],)   offsets: (n_tables + 1,)   out: emc_batch_bytes bytes.
@@ -410,6 +439,8 @@ EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t 
                               const void *rows, void *stream);
 
 /* Write every dirty row back to the store (rows stay cached, now clean).
+ * Host backend with EMC_ADMISSION_BACKGROUND: first waits until the misses of every lookup
+ * that returned before the call are admitted or skipped (stats then add up).
  * CUDA backend: enqueued on stream, then waits for it. After flushing it reports what the
  * asynchronous calls since the last flush met, the first as the status and all in the detail:
  * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training

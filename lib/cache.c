@@ -131,6 +131,9 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   if (cfg.prefetch_depth > EMC__PIN_MAX - 1)
     return EMC_FAIL(EMC_EINVAL, "prefetch_depth = %u; at most %u", cfg.prefetch_depth,
                     EMC__PIN_MAX - 1);
+  if (cfg.admission != EMC_ADMISSION_INLINE && cfg.admission != EMC_ADMISSION_BACKGROUND)
+    return EMC_FAIL(EMC_EINVAL, "admission = %u; must be EMC_ADMISSION_INLINE (0) or "
+                    "EMC_ADMISSION_BACKGROUND (1)", cfg.admission);
   if (cfg.unified_index_rows > (1ull << 32))
     return EMC_FAIL(EMC_EINVAL, "unified_index_rows = %llu; at most 2^32",
                     (unsigned long long)cfg.unified_index_rows);

@@ -11,15 +11,9 @@
  *   One writer lock serializes every change (admission, insert, eviction, flush, re-pack).
  *   Lookups take no lock: a hit is read by the optimistic protocol of emc_item.h ("index"),
  *   validated by the entry's key and version (lm) around the copy; a store row by its stripe
- *   version. A lookup's admissions use trylock: when another thread holds the lock they are
- *   skipped (counted in admit_skipped).
- *
- * Lookup = read, then admit
- *   read    every position: a validated hit, or a store row (dense by computation, hashed
- *           through a unified-index entry or the store's map), or absent (zero row)
- *   admit   the misses, under the lock, re-reading the store row there (store rows change only
- *           under this lock, so the admitted value is current); an admission that would pass
- *           t1 first runs an eviction pass (evict.c)
+ *   version (lookup_host.c). Their misses are admitted under the lock, inline (trylock: when
+ *   another thread holds it they are skipped, counted in admit_skipped) or by the cache's
+ *   admission thread (admit_host.c).
  */
 #include <sched.h>
 #include <stdio.h>
@@ -27,10 +21,6 @@
 #include <string.h>
 
 #include "host_cache.h"
-
-enum { R_HIT = 0, R_STORE = 1, R_ABSENT = 2 };
-#define R_ADMIT 4u   /* flag: a store row that may be admitted */
-#define R_UNIFIED 8u /* flag: found through a unified-index entry */
 
 /* ================================================================= create/destroy */
 emc_status emc__host_create(emc_cache *c) {
@@ -55,6 +45,7 @@ emc_status emc__host_create(emc_cache *c) {
     return EMC_FAIL(EMC_ENOMEM, "cache lock");
   }
   h->lock_ok = 1;
+  h->pipelined = 1;
   if ((st = emc__pool_geometry(c, &g, h->layout)) != EMC_OK) {
     emc__host_destroy(c);
     return st;
@@ -84,7 +75,7 @@ emc_status emc__host_create(emc_cache *c) {
   }
   h->free_pages = h->n_pages;
   if ((st = emc__hix_create(h, c->codec.key_bits, g.ix_buckets)) != EMC_OK ||
-      (st = emc__pins_create(c)) != EMC_OK) {
+      (st = emc__pins_create(c)) != EMC_OK || (st = emc__admission_start(c)) != EMC_OK) {
     emc__host_destroy(c);
     return st;
   }
@@ -94,6 +85,7 @@ emc_status emc__host_create(emc_cache *c) {
 void emc__host_destroy(emc_cache *c) {
   emc__host_cache *h = c->host;
   if (!h) return;
+  emc__admission_stop(h); /* first: the thread uses everything below */
   emc__hix_destroy(h);
   emc__pins_destroy(h);
   emc__free(h->arena, h->arena_bytes);
@@ -104,255 +96,6 @@ void emc__host_destroy(emc_cache *c) {
   free(h->hist);
   free(h);
   c->host = NULL;
-}
-
-/* ================================================================= reads (lock-free) */
-/* A store row of table t for id: dense by computation, hashed through the store's map
- * (absent: zero row). Returns R_STORE (| R_ADMIT when `admit`) or R_ABSENT. */
-static uint8_t read_store(const emc_cache *c, uint32_t t, uint64_t id, unsigned char *dst,
-                          int admit) {
-  const emc__table *tb = &c->store->tables[t];
-  int64_t row = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find(tb, id);
-  if (row < 0) {
-    memset(dst, 0, tb->row_bytes);
-    return R_ABSENT;
-  }
-  emc__store_row_read(c->store, t, (uint64_t)row, dst);
-  return (uint8_t)(R_STORE | (admit ? R_ADMIT : 0));
-}
-
-/* Read the row of (t, id, key) into dst by the reader protocol of emc_item.h; retries until a
- * read validates. Returns R_HIT, or R_STORE / R_ABSENT with R_ADMIT / R_UNIFIED flags. */
-static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, unsigned char *dst,
-                        uint64_t now) {
-  emc__host_cache *h = c->host;
-  const emc__table *tb = &c->store->tables[t];
-  const emc__page_layout *L = &h->layout[t];
-  for (;;) {
-    uint32_t e1 = EMC_LD_ACQUIRE(h->ix.epoch);
-    int64_t pos = emc__index_find(&h->ix, key);
-    uint64_t lm1, owner = id;
-    uint32_t loc;
-    unsigned char *pg, *src = NULL;
-    int uni_mine = 0;
-    EMC__TP(EMC__TP_READ, "read: probed");
-    if (pos < 0) {
-      /* absent, unless a re-pack step raced the probe (the epoch says); the fence also makes
-       * the store read see the write-back that preceded an eviction the probe observed */
-      EMC_FENCE_ACQUIRE();
-      if ((e1 & 1u) || EMC_LD_RELAXED(h->ix.epoch) != e1) {
-        EMC__TP(EMC__TP_RETRY, "read: a re-pack raced the miss");
-        EMC__CNT_ADD(h->n_retries, 1);
-        continue;
-      }
-      return read_store(c, t, id, dst, 1);
-    }
-    lm1 = emc__ix_lm(&h->ix, (uint64_t)pos);
-    EMC__TP(EMC__TP_READ, "read: entry loaded");
-    if (lm1 & EMC__LM_BUSY) { /* a writer is changing the row (or the entry is being made) */
-      EMC__TP(EMC__TP_RETRY, "read: entry busy");
-      EMC__CNT_ADD(h->n_retries, 1);
-      sched_yield();
-      continue;
-    }
-    loc = emc__lm_loc(lm1);
-    EMC_FENCE_ACQUIRE();
-    if (loc & EMC__LOC_HOST) {
-      /* a unified-index entry: the store row, if it is this id's (a hashed row's index and id
-       * never change once published) */
-      uint64_t row = loc & EMC__LOC_MAX;
-      uni_mine = tb->kind == EMC_TABLE_HASHED && row < EMC_LD_ACQUIRE(&tb->count) &&
-                 EMC_LD_RELAXED(&tb->row_ids[row]) == id;
-      if (uni_mine) emc__store_row_read(c->store, t, row, dst);
-    } else if ((src = emc__slot_addr(h, t, loc, &pg)) != NULL) {
-      if (L->off_owner) owner = EMC_LD_RELAXED(emc__slot_owner(pg, L, loc % h->max_slots));
-      emc__row_load(dst, src, tb->row_bytes);
-    }
-    EMC__TP(EMC__TP_READ, "read: row copied");
-    /* Every path decides only once (key, lm1) is known to have held pos throughout: the
-     * entry word read at pos may belong to another key by now (issue 16: a re-pack moved a
-     * unified entry of another id into pos after the probe found key there). */
-    if (!emc__entry_recheck(&h->ix, (uint64_t)pos, key, lm1) || (!src && !(loc & EMC__LOC_HOST))) {
-      EMC__TP(EMC__TP_RETRY, "read: entry changed");
-      EMC__CNT_ADD(h->n_retries, 1);
-      continue;
-    }
-    if (loc & EMC__LOC_HOST) /* the row, or: another id holds this key, so id is not cached */
-      return uni_mine ? R_STORE | R_ADMIT | R_UNIFIED : read_store(c, t, id, dst, 0);
-    if (owner != id) return read_store(c, t, id, dst, 0); /* hashed key collision */
-    if (EMC_LD_RELAXED(&h->ix.stamps[pos]) != emc__stamp_of(now))
-      EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
-    return R_HIT;
-  }
-}
-
-/* ================================================================= admission (writer) */
-int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
-                   const unsigned char *row, int dirty, uint64_t now) {
-  emc__host_cache *h = c->host;
-  const emc__page_layout *L = &h->layout[t];
-  int64_t loc = emc__pool_alloc(h, t);
-  unsigned char *pg;
-  uint64_t lm;
-  if (loc < 0) return 0;
-  pg = emc__page_at(h, (uint64_t)loc / h->max_slots);
-  emc__row_store(emc__slot_row(pg, L, (uint32_t)(loc % h->max_slots)), row,
-                 c->store->tables[t].full_bytes);
-  if (L->off_owner) EMC_ST_RELAXED(emc__slot_owner(pg, L, (uint32_t)(loc % h->max_slots)), id);
-  lm = emc__lm_make((uint32_t)loc, emc__next_meta(h, dirty ? EMC__META_DIRTY : 0));
-  EMC__TP(EMC__TP_WRITE, "admit: row in slot");
-  if (pos >= 0) { /* unified entry -> slot */
-    EMC_FENCE_RELEASE();
-    EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
-    EMC_ST_RELAXED(&h->ix.lm[pos], lm);
-    EMC__TP(EMC__TP_WRITE, "admit: unified entry to slot");
-    h->host_entries--;
-  } else {
-    emc__hix_insert(c, key, lm, emc__stamp_of(now));
-  }
-  __atomic_fetch_add(&h->bytes_in_use, L->stride, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
-  if (dirty) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
-  return 1;
-}
-
-int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int *collision) {
-  emc__host_cache *h = c->host;
-  int64_t pos = emc__index_find(&h->ix, key);
-  uint64_t lm;
-  *collision = 0;
-  if (pos < 0) return -1;
-  lm = emc__ix_lm(&h->ix, (uint64_t)pos);
-  *collision = !emc__hix_entry_is(c, t, lm, id);
-  if (!*collision && (emc__lm_loc(lm) & EMC__LOC_HOST)) return pos;
-  return -2;
-}
-
-/* Admit the misses of a lookup (positions whose kind carries R_ADMIT). */
-static void admit_misses(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                         const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
-                         uint64_t now) {
-  emc__host_cache *h = c->host;
-  const emc_store *s = c->store;
-  uint64_t admitted = 0, skipped = 0, i;
-  uint32_t t;
-  unsigned char *row;
-  if (pthread_mutex_trylock(&h->lock) != 0) {
-    EMC__CNT_ADD(h->n_admit_skipped, to_admit);
-    return;
-  }
-  if (!(row = emc__malloc(h->max_stride))) { /* one row (and state) of the widest table */
-    pthread_mutex_unlock(&h->lock);
-    EMC__CNT_ADD(h->n_admit_skipped, to_admit);
-    return;
-  }
-  for (t = 0; t < s->n_tables; t++) {
-    const emc__table *tb = &s->tables[t];
-    for (i = offsets[t]; i < offsets[t + 1]; i++) {
-      int64_t pos, srow;
-      int collision;
-      if (!(kind[i] & R_ADMIT)) continue;
-      if (!emc__make_room(c, tb->stride, now)) {
-        skipped++;
-        continue;
-      }
-      pos = emc__admit_pos(c, t, ids[i], keys[i], &collision);
-      if (pos == -2) { /* cached meanwhile (a duplicate of this batch, or another thread) */
-        skipped += collision;
-        continue;
-      }
-      srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)ids[i] : emc__store_find(tb, ids[i]);
-      if (srow < 0) continue;
-      /* the current store row and its state: store rows change only under this lock */
-      emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
-      if (emc__admit_row(c, t, ids[i], keys[i], pos, row, 0, now)) admitted++;
-      else skipped++;
-    }
-  }
-  free(row);
-  emc__hix_maintain(c, 0);
-  if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
-  pthread_mutex_unlock(&h->lock);
-  EMC__CNT_ADD(h->n_admissions, admitted);
-  EMC__CNT_ADD(h->n_admit_skipped, skipped);
-}
-
-/* ================================================================= lookup */
-/* Stamps must be aged every EMC__AGE_CLAMP / 2 calls (emc_item.h, "LRU stamps"): a lookup that
- * finds that many calls passed without a pass or scan does it, if the lock is free. */
-static void maybe_age(emc_cache *c, uint64_t now) {
-  emc__host_cache *h = c->host;
-  if (now - __atomic_load_n(&h->aged_at, __ATOMIC_RELAXED) < EMC__AGE_CLAMP / 2) return;
-  if (pthread_mutex_trylock(&h->lock) != 0) return;
-  if (now - h->aged_at >= EMC__AGE_CLAMP / 2) emc__age_stamps(c, now);
-  pthread_mutex_unlock(&h->lock);
-}
-
-#define GROUP 16
-emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                            void *out, uint8_t *where) {
-  emc__host_cache *h = c->host;
-  const emc_store *s = c->store;
-  uint64_t total = offsets[s->n_tables], now, hits = 0, misses = 0, absent = 0, unified = 0;
-  uint64_t to_admit = 0, i, j;
-  uint64_t *keys;
-  uint8_t *kind;
-  unsigned char *dst = out;
-  uint32_t t;
-  if (total == 0) return EMC_OK;
-  if (total > SIZE_MAX / (sizeof *keys + sizeof *kind))
-    return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids overflows the address space",
-                    (unsigned long long)total);
-  keys = emc__mallocn(total, sizeof *keys);
-  kind = emc__mallocn(total, sizeof *kind);
-  if (!keys || !kind) {
-    free(keys);
-    free(kind);
-    return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids", (unsigned long long)total);
-  }
-  now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
-  maybe_age(c, now);
-  for (t = 0; t < s->n_tables; t++) {
-    const emc__table_code *tc = &c->codec.tables[t];
-    uint32_t rb = s->tables[t].row_bytes;
-    /* groups of GROUP positions: keys first and their home buckets prefetched, then the rows
-     * prefetched, then the reads, so a group's probes and copies overlap their memory latency */
-    for (i = offsets[t]; i < offsets[t + 1]; i += GROUP) {
-      uint64_t end = i + GROUP < offsets[t + 1] ? i + GROUP : offsets[t + 1];
-      for (j = i; j < end; j++) {
-        uint64_t b;
-        keys[j] = emc__global_key(tc, ids[j], c->codec.hash_seed);
-        b = emc__home_bucket(keys[j], h->ix.n_buckets) * EMC__BUCKET;
-        __builtin_prefetch(h->ix.key_bits == 32 ? (const void *)((const uint32_t *)h->ix.keys + b)
-                                                : (const void *)((const uint64_t *)h->ix.keys + b));
-      }
-      for (j = i; j < end; j++) { /* probe again (cached now) to prefetch the rows */
-        int64_t pos = emc__index_find(&h->ix, keys[j]);
-        unsigned char *pg, *src;
-        if (pos >= 0 && (src = emc__slot_addr(h, t, emc__lm_loc(emc__ix_lm(&h->ix, (uint64_t)pos)), &pg)))
-          __builtin_prefetch(src);
-      }
-      for (j = i; j < end; j++, dst += rb) {
-        uint8_t k = read_row(c, t, ids[j], keys[j], dst, now), base = k & 3u;
-        kind[j] = k;
-        if (where) where[j] = base == R_HIT ? EMC_WHERE_CACHE : base == R_STORE ? EMC_WHERE_STORE : EMC_WHERE_ABSENT;
-        hits += base == R_HIT;
-        misses += base == R_STORE;
-        absent += base == R_ABSENT;
-        unified += (k & R_UNIFIED) != 0;
-        to_admit += (k & R_ADMIT) != 0;
-      }
-    }
-  }
-  EMC__CNT_ADD(h->n_lookups, total);
-  EMC__CNT_ADD(h->n_hits, hits);
-  EMC__CNT_ADD(h->n_misses, misses);
-  EMC__CNT_ADD(h->n_absent, absent);
-  EMC__CNT_ADD(h->n_unified, unified);
-  if (to_admit > 0) admit_misses(c, ids, offsets, keys, kind, to_admit, now);
-  free(keys);
-  free(kind);
-  return EMC_OK;
 }
 
 /* ================================================================= insert */
@@ -456,6 +199,7 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
 emc_status emc__host_flush(emc_cache *c) {
   emc__host_cache *h = c->host;
   uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
+  emc__admission_drain(c); /* the misses of lookups that returned before this call */
   pthread_mutex_lock(&h->lock);
   for (i = 0; i < h->ix_slots; i++) {
     uint64_t k = emc__ix_key(&h->ix, i), lm;
@@ -522,6 +266,13 @@ void emc__host_stats(const emc_cache *c, emc_stats *o) {
 
 uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table) {
   return EMC__LD(c->host->rows_cached[table]);
+}
+
+emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined) {
+  if (!c) return EMC_FAIL(EMC_EINVAL, "c is NULL");
+  if (!c->host) return EMC_FAIL(EMC_EUNSUPPORTED, "the read path is the host backend's");
+  c->host->pipelined = pipelined != 0;
+  return EMC_OK;
 }
 
 emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out) {

@@ -6,7 +6,9 @@
  *   pool.c        pool geometry (shared with the CUDA backend), pages and per-table sub-pools,
  *                 slot allocation through per-page free bitmaps
  *   evict.c       the eviction pass (approximate LRU between t1 and t2), stamp aging
- *   cache_host.c  the backend's calls: create, lookup, insert, flush, stats, white-box checks
+ *   cache_host.c  the backend's calls: create, insert, flush, stats, white-box checks
+ *   lookup_host.c the lookup: the pipelined batched read and the per-row reference read
+ *   admit_host.c  admission of a lookup's misses: inline, or by the cache's admission thread
  *   train_host.c  the training calls: dedup, prefetch (and its pins), apply_gradients
  *
  * Concurrency: one writer lock (`lock`) serializes every change; lookups take no lock and read
@@ -15,9 +17,24 @@
 #ifndef EMC_HOST_CACHE_H
 #define EMC_HOST_CACHE_H
 
+#include <semaphore.h>
+
 #include "internal.h"
 
 #define EMC__HIST_BUCKETS 4096u
+
+/* What a read found at a position (lookup_host.c): a base kind and flags. */
+enum { EMC__R_HIT = 0, EMC__R_STORE = 1, EMC__R_ABSENT = 2 };
+#define EMC__R_ADMIT 4u   /* flag: a store row that may be admitted */
+#define EMC__R_UNIFIED 8u /* flag: found through a unified-index entry */
+
+/* Misses one lookup handed to the admission thread (admit_host.c), in position order. */
+typedef struct emc__admit_batch {
+  struct emc__admit_batch *next;
+  uint64_t n, now;     /* records; the lookup's clock */
+  uint64_t *id, *key;  /* n each */
+  uint32_t *table;     /* n */
+} emc__admit_batch;
 
 /* The global keys one prefetch call pinned (each key once). */
 typedef struct emc__pin_list {
@@ -53,6 +70,7 @@ struct emc__host_cache {
   uint64_t repack_max_buckets;       /* min(EMC__REPACK_MAX_BUCKETS, index buckets) */
   uint16_t *repack_stamps;
   uint32_t meta_seq;          /* the writers' meta counter (emc_item.h, "index") */
+  int pipelined;              /* lookups take the pipelined read (emc__cache_set_pipelined) */
   /* accounting */
   uint64_t bytes_in_use;      /* atomic */
   uint64_t pages_held;        /* atomic */
@@ -76,6 +94,16 @@ struct emc__host_cache {
   uint64_t pinned_bytes;      /* strides of entries with a pin count > 0 (<= low_bytes) */
   uint64_t pinned_rows;       /* entries with a pin count > 0 */
   uint64_t n_prefetched, n_pin_shortfall, n_grad_rows; /* counters (atomic) */
+  /* background admission (admit_host.c; EMC_ADMISSION_BACKGROUND) */
+  int adm_bg;                 /* the thread runs */
+  pthread_t adm_thread;
+  pthread_mutex_t adm_mu;     /* guards adm_cv's predicate (adm_pending reaching 0), adm_work */
+  pthread_cond_t adm_cv;      /* broadcast when batches were processed (drain waits on it) */
+  sem_t adm_sem;              /* posted by a push onto an empty list, and by stop */
+  emc__admit_batch *adm_head; /* lookups push here (lock-free LIFO; the thread takes it all) */
+  uint64_t adm_pending;       /* rows pushed and not yet processed (atomic) */
+  int adm_stop;               /* under adm_mu */
+  int adm_sync_ok;            /* adm_mu, adm_cv and adm_sem initialised */
 };
 
 #define EMC__CNT_ADD(field, v) __atomic_fetch_add(&(field), (v), __ATOMIC_RELAXED)
@@ -102,7 +130,60 @@ static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
   return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
 }
 
-/* ---------------------------------------------------------------- cache_host.c (writer) */
+/* Probe for key: emc__index_find's answer, with each bucket's keys read by vector loads
+ * where the build allows (emc_item.h, "host vector reads"). */
+static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
+#if EMC__HOST_VEC
+  uint64_t b = emc__home_bucket(key, ix->n_buckets), n;
+  for (n = 0; n < ix->n_buckets; n++) {
+    uint32_t m = 0, e = 0;
+    unsigned s;
+    if (ix->key_bits == 32) {
+      uint32_t k[EMC__BUCKET];
+      const uint32_t *p = (const uint32_t *)ix->keys + b * EMC__BUCKET;
+      emc__v16 v0 = emc__v16_load(p), v1 = emc__v16_load(p + 4);
+      memcpy(k, &v0, 16);
+      memcpy(k + 4, &v1, 16);
+      for (s = 0; s < EMC__BUCKET; s++) {
+        m |= (uint32_t)(k[s] == (uint32_t)key) << s;
+        e |= (uint32_t)(k[s] == 0xffffffffu) << s;
+      }
+    } else {
+      uint64_t k[EMC__BUCKET];
+      const uint64_t *p = (const uint64_t *)ix->keys + b * EMC__BUCKET;
+      emc__v16 v0 = emc__v16_load(p), v1 = emc__v16_load(p + 2), v2 = emc__v16_load(p + 4),
+               v3 = emc__v16_load(p + 6);
+      memcpy(k, &v0, 16);
+      memcpy(k + 2, &v1, 16);
+      memcpy(k + 4, &v2, 16);
+      memcpy(k + 6, &v3, 16);
+      for (s = 0; s < EMC__BUCKET; s++) {
+        m |= (uint32_t)(k[s] == key) << s;
+        e |= (uint32_t)(k[s] == ~0ull) << s;
+      }
+    }
+    if (m) return (int64_t)(b * EMC__BUCKET + (uint64_t)__builtin_ctz(m));
+    if (e) return -1;
+    if (++b == ix->n_buckets) b = 0;
+  }
+  return -1;
+#else
+  return emc__index_find(ix, key);
+#endif
+}
+
+/* ---------------------------------------------------------------- admit_host.c */
+/* Start / stop the admission thread (EMC_ADMISSION_BACKGROUND; create is a no-op for INLINE).
+ * Stop drops what is still queued (clean rows: nothing is lost). */
+EMC_INTERNAL emc_status emc__admission_start(emc_cache *c);
+EMC_INTERNAL void emc__admission_stop(emc__host_cache *h);
+/* Wait until every miss handed to the thread was admitted or skipped (no-op for INLINE). */
+EMC_INTERNAL void emc__admission_drain(emc_cache *c);
+/* Admit a lookup's misses (positions whose kind carries EMC__R_ADMIT): inline, or handed to
+ * the thread. Takes keys and kind (frees them). */
+EMC_INTERNAL void emc__host_admit(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                  uint64_t *keys, uint8_t *kind, uint64_t to_admit, uint64_t now);
+
 /* Where may (t, id, key) be admitted? After make_room (a pass may have changed the index):
  * -1 for a new entry, the position of id's unified entry, or -2 when the key is taken (by
  * id's own slot: cached meanwhile; by another id: a hashed collision, *collision set). */

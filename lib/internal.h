@@ -269,6 +269,11 @@ typedef struct emc__cache_debug {
   uint64_t index_rebuilds;      /* index re-pack sweeps completed so far */
 } emc__cache_debug;
 
+/* The host lookup's read path: 1 (default) the software-pipelined batched read, 0 the
+ * per-row reference path (read_row for every position). Tests drive both on the same
+ * batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL), EMC_EUNSUPPORTED (not
+ * the host backend). */
+EMC_INTERNAL emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined);
 /* Snapshot of the counters above. Errors: EMC_EINVAL. */
 EMC_INTERNAL emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out);
 /* Walk every structure of the cache and verify it: each used slot has exactly one index entry

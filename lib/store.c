@@ -202,10 +202,7 @@ emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *o
 }
 
 /* ----------------------------------------------------------------- hashed map */
-/* must match emc__map_find's home slot */
-static uint64_t map_home(const emc__table *t, uint64_t id) {
-  return emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (t->map_cap - 1u);
-}
+static uint64_t map_home(const emc__table *t, uint64_t id) { return emc__map_home(id, t->map_cap); }
 
 int64_t emc__store_find(const emc__table *t, uint64_t id) {
   return emc__map_find(t->map_ids, t->map_rowp1, t->map_cap, id);

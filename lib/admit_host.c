@@ -1,0 +1,308 @@
+/*
+ * admit_host.c: admission of a lookup's misses into the host cache (writer side).
+ *
+ * A lookup (lookup_host.c) reads every position without a lock and marks the store rows it
+ * served that may be cached (EMC__R_ADMIT). Admitting them takes the writer lock, an eviction
+ * pass when the pool would pass t1 (evict.c), and a fresh read of each store row under that
+ * lock (store rows change only under it, so the admitted value is current; a row that was
+ * cached meanwhile, dirty or not, is left as it is). Where that runs is the cache's
+ * `admission` setting (include/embcache.h):
+ *   INLINE      in the lookup, after its rows are served; trylock: when another thread holds
+ *               the lock the misses are skipped (admit_skipped).
+ *   BACKGROUND  the lookup copies its misses (table, id, key) into a batch, pushes it onto a
+ *               lock-free list (one CAS) and returns; the cache's admission thread takes the
+ *               whole list, restores the lookups' order and admits batch after batch under
+ *               the writer lock (a blocking lock: the thread may wait for writers, lookups
+ *               never do). At most EMC_ADMISSION_QUEUE_ROWS rows wait at once; a lookup whose
+ *               misses would pass that, or whose batch cannot be allocated, skips them
+ *               (admit_skipped). emc_flush waits for the queue to drain (emc__admission_drain).
+ * Either way every guarantee of a lookup holds: the rows it returned were read before any of
+ * this, `where` and the hit/miss counts describe those reads, and admissions and skips are
+ * counted when they happen.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, sem_* */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "host_cache.h"
+
+/* ================================================================= one admission */
+int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
+                   const unsigned char *row, int dirty, uint64_t now) {
+  emc__host_cache *h = c->host;
+  const emc__page_layout *L = &h->layout[t];
+  int64_t loc = emc__pool_alloc(h, t);
+  unsigned char *pg;
+  uint64_t lm;
+  if (loc < 0) return 0;
+  pg = emc__page_at(h, (uint64_t)loc / h->max_slots);
+  emc__row_store(emc__slot_row(pg, L, (uint32_t)(loc % h->max_slots)), row,
+                 c->store->tables[t].full_bytes);
+  if (L->off_owner) EMC_ST_RELAXED(emc__slot_owner(pg, L, (uint32_t)(loc % h->max_slots)), id);
+  lm = emc__lm_make((uint32_t)loc, emc__next_meta(h, dirty ? EMC__META_DIRTY : 0));
+  EMC__TP(EMC__TP_WRITE, "admit: row in slot");
+  if (pos >= 0) { /* unified entry -> slot */
+    EMC_FENCE_RELEASE();
+    EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
+    EMC_ST_RELAXED(&h->ix.lm[pos], lm);
+    EMC__TP(EMC__TP_WRITE, "admit: unified entry to slot");
+    h->host_entries--;
+  } else {
+    emc__hix_insert(c, key, lm, emc__stamp_of(now));
+  }
+  __atomic_fetch_add(&h->bytes_in_use, L->stride, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
+  if (dirty) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+  return 1;
+}
+
+int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int *collision) {
+  emc__host_cache *h = c->host;
+  int64_t pos = emc__index_find(&h->ix, key);
+  uint64_t lm;
+  *collision = 0;
+  if (pos < 0) return -1;
+  lm = emc__ix_lm(&h->ix, (uint64_t)pos);
+  *collision = !emc__hix_entry_is(c, t, lm, id);
+  if (!*collision && (emc__lm_loc(lm) & EMC__LOC_HOST)) return pos;
+  return -2;
+}
+
+/* Admit the misses of one lookup, the writer lock held: `n` records (table, id, key) in the
+ * lookup's order. Store rows are prefetched a few records ahead (a dense row's address is
+ * known; a hashed row's takes a map probe, done here anyway). Counts into *admitted and
+ * *skipped. */
+#define ADMIT_AHEAD 4u
+static void admit_records(emc_cache *c, uint64_t n, const uint32_t *table, const uint64_t *id,
+                          const uint64_t *key, uint64_t now, unsigned char *row,
+                          uint64_t *admitted, uint64_t *skipped) {
+  const emc_store *s = c->store;
+  uint64_t i;
+  for (i = 0; i < n; i++) {
+    const emc__table *tb = &s->tables[table[i]];
+    int64_t pos, srow;
+    int collision;
+    if (i + ADMIT_AHEAD < n) {
+      const emc__table *ta = &s->tables[table[i + ADMIT_AHEAD]];
+      if (ta->kind == EMC_TABLE_DENSE) __builtin_prefetch(emc__store_row(ta, id[i + ADMIT_AHEAD]));
+    }
+    if (!emc__make_room(c, tb->stride, now)) {
+      (*skipped)++;
+      continue;
+    }
+    pos = emc__admit_pos(c, table[i], id[i], key[i], &collision);
+    if (pos == -2) { /* cached meanwhile (a duplicate of this batch, or another thread) */
+      *skipped += (uint64_t)collision;
+      continue;
+    }
+    srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id[i] : emc__store_find(tb, id[i]);
+    if (srow < 0) continue;
+    /* the current store row and its state: store rows change only under this lock */
+    emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
+    if (emc__admit_row(c, table[i], id[i], key[i], pos, row, 0, now)) (*admitted)++;
+    else (*skipped)++;
+  }
+}
+
+/* A batch of the positions of kind[] that carry EMC__R_ADMIT (NULL: out of memory). */
+static emc__admit_batch *batch_of(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                  const uint64_t *keys, const uint8_t *kind, uint64_t n,
+                                  uint64_t now) {
+  emc__admit_batch *b;
+  uint64_t i, k = 0;
+  uint32_t t;
+  size_t bytes;
+  if (n > (SIZE_MAX - sizeof *b) / 20u) return NULL;
+  bytes = sizeof *b + (size_t)n * 20u; /* id, key, table */
+  if (!(b = emc__malloc(bytes))) return NULL;
+  b->next = NULL;
+  b->n = n;
+  b->now = now;
+  b->id = (uint64_t *)(b + 1);
+  b->key = b->id + n;
+  b->table = (uint32_t *)(b->key + n);
+  for (t = 0; t < c->store->n_tables; t++)
+    for (i = offsets[t]; i < offsets[t + 1]; i++)
+      if (kind[i] & EMC__R_ADMIT) {
+        b->id[k] = ids[i];
+        b->key[k] = keys[i];
+        b->table[k] = t;
+        k++;
+      }
+  return b;
+}
+
+/* ================================================================= inline */
+static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                         const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
+                         uint64_t now) {
+  emc__host_cache *h = c->host;
+  uint64_t admitted = 0, skipped = 0;
+  emc__admit_batch *b;
+  unsigned char *row;
+  if (pthread_mutex_trylock(&h->lock) != 0) {
+    EMC__CNT_ADD(h->n_admit_skipped, to_admit);
+    return;
+  }
+  b = batch_of(c, ids, offsets, keys, kind, to_admit, now);
+  row = b ? emc__malloc(h->max_stride) : NULL; /* one row (and state) of the widest table */
+  if (!row) {
+    pthread_mutex_unlock(&h->lock);
+    free(b);
+    EMC__CNT_ADD(h->n_admit_skipped, to_admit);
+    return;
+  }
+  admit_records(c, b->n, b->table, b->id, b->key, now, row, &admitted, &skipped);
+  free(row);
+  free(b);
+  emc__hix_maintain(c, 0);
+  if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
+  pthread_mutex_unlock(&h->lock);
+  EMC__CNT_ADD(h->n_admissions, admitted);
+  EMC__CNT_ADD(h->n_admit_skipped, skipped);
+}
+
+/* ================================================================= background */
+static void *admission_main(void *arg) {
+  emc_cache *c = arg;
+  emc__host_cache *h = c->host;
+  unsigned char *row = NULL;
+  for (;;) {
+    emc__admit_batch *list, *fifo = NULL;
+    uint64_t done = 0, admitted = 0, skipped = 0;
+    int stop;
+    while (sem_wait(&h->adm_sem) != 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&h->adm_mu);
+    stop = h->adm_stop;
+    pthread_mutex_unlock(&h->adm_mu);
+    if (stop) break;
+    list = __atomic_exchange_n(&h->adm_head, NULL, __ATOMIC_ACQUIRE);
+    while (list) { /* the list is newest first: restore the lookups' order */
+      emc__admit_batch *next = list->next;
+      list->next = fifo;
+      fifo = list;
+      list = next;
+    }
+    if (!row) row = emc__malloc(h->max_stride);
+    if (fifo) {
+      pthread_mutex_lock(&h->lock);
+      for (list = fifo; list; list = list->next) {
+        if (row) admit_records(c, list->n, list->table, list->id, list->key, list->now, row,
+                               &admitted, &skipped);
+        else skipped += list->n; /* no row buffer: out of memory */
+        done += list->n;
+      }
+      emc__hix_maintain(c, 0);
+      if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
+      pthread_mutex_unlock(&h->lock);
+    }
+    while (fifo) {
+      emc__admit_batch *next = fifo->next;
+      free(fifo);
+      fifo = next;
+    }
+    EMC__CNT_ADD(h->n_admissions, admitted);
+    EMC__CNT_ADD(h->n_admit_skipped, skipped);
+    pthread_mutex_lock(&h->adm_mu);
+    __atomic_fetch_sub(&h->adm_pending, done, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&h->adm_cv);
+    pthread_mutex_unlock(&h->adm_mu);
+  }
+  free(row);
+  return NULL;
+}
+
+emc_status emc__admission_start(emc_cache *c) {
+  emc__host_cache *h = c->host;
+  int err;
+  if (c->cfg.admission != EMC_ADMISSION_BACKGROUND) return EMC_OK;
+  if (pthread_mutex_init(&h->adm_mu, NULL) != 0) return EMC_FAIL(EMC_ENOMEM, "admission lock");
+  if (pthread_cond_init(&h->adm_cv, NULL) != 0) {
+    pthread_mutex_destroy(&h->adm_mu);
+    return EMC_FAIL(EMC_ENOMEM, "admission condition");
+  }
+  if (sem_init(&h->adm_sem, 0, 0) != 0) {
+    pthread_cond_destroy(&h->adm_cv);
+    pthread_mutex_destroy(&h->adm_mu);
+    return EMC_FAIL(EMC_ENOMEM, "admission semaphore");
+  }
+  h->adm_sync_ok = 1;
+  if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0)
+    return EMC_FAIL(EMC_ENOMEM, "cannot start the admission thread: %s", strerror(err));
+  h->adm_bg = 1;
+  return EMC_OK;
+}
+
+void emc__admission_stop(emc__host_cache *h) {
+  emc__admit_batch *list;
+  if (h->adm_bg) {
+    pthread_mutex_lock(&h->adm_mu);
+    h->adm_stop = 1;
+    pthread_mutex_unlock(&h->adm_mu);
+    sem_post(&h->adm_sem);
+    pthread_join(h->adm_thread, NULL);
+    h->adm_bg = 0;
+  }
+  list = __atomic_exchange_n(&h->adm_head, NULL, __ATOMIC_ACQUIRE);
+  while (list) { /* queued clean rows: dropping them loses nothing */
+    emc__admit_batch *next = list->next;
+    free(list);
+    list = next;
+  }
+  if (h->adm_sync_ok) {
+    sem_destroy(&h->adm_sem);
+    pthread_cond_destroy(&h->adm_cv);
+    pthread_mutex_destroy(&h->adm_mu);
+    h->adm_sync_ok = 0;
+  }
+}
+
+void emc__admission_drain(emc_cache *c) {
+  emc__host_cache *h = c->host;
+  if (!h->adm_bg) return;
+  pthread_mutex_lock(&h->adm_mu);
+  while (__atomic_load_n(&h->adm_pending, __ATOMIC_ACQUIRE) != 0) {
+    /* woken by the thread after each round; a timeout covers a lookup that undid its
+     * reservation (lookups take no lock, so they cannot signal) */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 5000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&h->adm_cv, &h->adm_mu, &ts);
+  }
+  pthread_mutex_unlock(&h->adm_mu);
+}
+
+static void admit_background(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                             const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
+                             uint64_t now) {
+  emc__host_cache *h = c->host;
+  emc__admit_batch *b, *old;
+  uint64_t was = __atomic_fetch_add(&h->adm_pending, to_admit, __ATOMIC_RELAXED);
+  if (was + to_admit > EMC_ADMISSION_QUEUE_ROWS ||
+      !(b = batch_of(c, ids, offsets, keys, kind, to_admit, now))) {
+    EMC__CNT_ADD(h->n_admit_skipped, to_admit);
+    /* undo the reservation (no lock here: a drain re-checks the count every few ms) */
+    __atomic_fetch_sub(&h->adm_pending, to_admit, __ATOMIC_RELEASE);
+    return;
+  }
+  old = __atomic_load_n(&h->adm_head, __ATOMIC_RELAXED);
+  do b->next = old;
+  while (!__atomic_compare_exchange_n(&h->adm_head, &old, b, 1, __ATOMIC_RELEASE,
+                                      __ATOMIC_RELAXED));
+  if (!old) sem_post(&h->adm_sem); /* the list was empty: the thread may be asleep */
+}
+
+void emc__host_admit(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, uint64_t *keys,
+                     uint8_t *kind, uint64_t to_admit, uint64_t now) {
+  if (c->host->adm_bg) admit_background(c, ids, offsets, keys, kind, to_admit, now);
+  else admit_inline(c, ids, offsets, keys, kind, to_admit, now);
+  free(keys);
+  free(kind);
+}

@@ -1,0 +1,321 @@
+/*
+ * lookup_host.c: the host backend's lookup: the lock-free reads of a batch, then admission of
+ * its misses (admit_host.c).
+ *
+ * Two read paths give the same rows, where codes and counts (tests/test_lookup_paths.c):
+ *   read_row      the per-row reference: probe, entry word, fence, copy, validate, stamp; it
+ *                 retries until a read validates and handles every case (BUSY entries,
+ *                 unified-index entries, hashed collisions, a re-pack racing a miss).
+ *   the pipeline  the batched read (emc__cache_set_pipelined, on by default): each position
+ *                 goes through four stages, PIPE_D positions apart, so the memory accesses of
+ *                 about 3 * PIPE_D positions are in flight at once and each id is probed once:
+ *                   A  global key; prefetch its home bucket
+ *                   B  re-pack epoch (acquire); probe; prefetch the entry word and the stamp
+ *                      (a miss: the store map's slot of a hashed id)
+ *                   C  entry word lm1 (relaxed); prefetch every line of the row it names (a
+ *                      miss: find a hashed id's store row; prefetch the store row's lines)
+ *                   D  acquire fence; copy the row (and a hashed slot's owner); key2, acquire
+ *                      fence, lm2; stamp. A miss: acquire fence, epoch again, store read.
+ *                 Anything unusual goes to read_row for that position, which starts over: a
+ *                 BUSY or free entry word, a unified-index entry, a slot handle that is not
+ *                 the table's, another id's slot (a hashed collision), a read that does not
+ *                 validate, an epoch that was odd or moved around a miss.
+ * Why the pipeline keeps the reader protocol of lib/emc_item.h ("index"): for each position
+ * it performs the protocol's steps in the protocol's order, only interleaved with other
+ * positions' steps. The acquire fence of stage D follows (in program order) the load of lm1
+ * in stage C of an earlier iteration and precedes the row loads, as step 3 requires; key2 is
+ * loaded before the fence of step 6 and lm2 after it. For a miss, e1 is loaded (acquire)
+ * before the probe in stage B and e2 after the fence of stage D: later than read_row reads it,
+ * which only widens the window in which a re-pack step is detected. A hashed id's store row
+ * is found in stage C, after the probe: an insert publishes a new id in the store before its
+ * index entry, so an id missing from both was missing at the instant of stage C. Prefetches
+ * are hints with no effect on ordering.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_cache.h"
+
+/* ================================================================= reads (lock-free) */
+/* A store row of table t for id: dense by computation, hashed through the store's map
+ * (absent: zero row). Returns R_STORE (| R_ADMIT when `admit`) or R_ABSENT. */
+static uint8_t read_store(const emc_cache *c, uint32_t t, uint64_t id, unsigned char *dst,
+                          int admit) {
+  const emc__table *tb = &c->store->tables[t];
+  int64_t row = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find(tb, id);
+  if (row < 0) {
+    memset(dst, 0, tb->row_bytes);
+    return EMC__R_ABSENT;
+  }
+  emc__store_row_read(c->store, t, (uint64_t)row, dst);
+  return (uint8_t)(EMC__R_STORE | (admit ? EMC__R_ADMIT : 0));
+}
+
+/* Read the row of (t, id, key) into dst by the reader protocol of emc_item.h; retries until a
+ * read validates. Returns R_HIT, or R_STORE / R_ABSENT with R_ADMIT / R_UNIFIED flags. */
+static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, unsigned char *dst,
+                        uint64_t now) {
+  emc__host_cache *h = c->host;
+  const emc__table *tb = &c->store->tables[t];
+  const emc__page_layout *L = &h->layout[t];
+  for (;;) {
+    uint32_t e1 = EMC_LD_ACQUIRE(h->ix.epoch);
+    int64_t pos = emc__hix_find(&h->ix, key);
+    uint64_t lm1, owner = id;
+    uint32_t loc;
+    unsigned char *pg, *src = NULL;
+    int uni_mine = 0;
+    EMC__TP(EMC__TP_READ, "read: probed");
+    if (pos < 0) {
+      /* absent, unless a re-pack step raced the probe (the epoch says); the fence also makes
+       * the store read see the write-back that preceded an eviction the probe observed */
+      EMC_FENCE_ACQUIRE();
+      if ((e1 & 1u) || EMC_LD_RELAXED(h->ix.epoch) != e1) {
+        EMC__TP(EMC__TP_RETRY, "read: a re-pack raced the miss");
+        EMC__CNT_ADD(h->n_retries, 1);
+        continue;
+      }
+      return read_store(c, t, id, dst, 1);
+    }
+    lm1 = emc__ix_lm(&h->ix, (uint64_t)pos);
+    EMC__TP(EMC__TP_READ, "read: entry loaded");
+    if (lm1 & EMC__LM_BUSY) { /* a writer is changing the row (or the entry is being made) */
+      EMC__TP(EMC__TP_RETRY, "read: entry busy");
+      EMC__CNT_ADD(h->n_retries, 1);
+      sched_yield();
+      continue;
+    }
+    loc = emc__lm_loc(lm1);
+    EMC_FENCE_ACQUIRE();
+    if (loc & EMC__LOC_HOST) {
+      /* a unified-index entry: the store row, if it is this id's (a hashed row's index and id
+       * never change once published) */
+      uint64_t row = loc & EMC__LOC_MAX;
+      uni_mine = tb->kind == EMC_TABLE_HASHED && row < EMC_LD_ACQUIRE(&tb->count) &&
+                 EMC_LD_RELAXED(&tb->row_ids[row]) == id;
+      if (uni_mine) emc__store_row_read(c->store, t, row, dst);
+    } else if ((src = emc__slot_addr(h, t, loc, &pg)) != NULL) {
+      if (L->off_owner) owner = EMC_LD_RELAXED(emc__slot_owner(pg, L, loc % h->max_slots));
+      emc__row_load(dst, src, tb->row_bytes);
+    }
+    EMC__TP(EMC__TP_READ, "read: row copied");
+    /* Every path decides only once (key, lm1) is known to have held pos throughout: the
+     * entry word read at pos may belong to another key by now (issue 16: a re-pack moved a
+     * unified entry of another id into pos after the probe found key there). */
+    if (!emc__entry_recheck(&h->ix, (uint64_t)pos, key, lm1) || (!src && !(loc & EMC__LOC_HOST))) {
+      EMC__TP(EMC__TP_RETRY, "read: entry changed");
+      EMC__CNT_ADD(h->n_retries, 1);
+      continue;
+    }
+    if (loc & EMC__LOC_HOST) /* the row, or: another id holds this key, so id is not cached */
+      return uni_mine ? EMC__R_STORE | EMC__R_ADMIT | EMC__R_UNIFIED : read_store(c, t, id, dst, 0);
+    if (owner != id) return read_store(c, t, id, dst, 0); /* hashed key collision */
+    if (EMC_LD_RELAXED(&h->ix.stamps[pos]) != emc__stamp_of(now))
+      EMC_ST_RELAXED(&h->ix.stamps[pos], emc__stamp_of(now));
+    return EMC__R_HIT;
+  }
+}
+
+/* ================================================================= the pipeline */
+#define PIPE_D 8u    /* positions between two stages */
+#define PIPE_RING 32u /* > 3 * PIPE_D, a power of two */
+
+enum { P_HIT = 0, P_MISS = 1, P_SLOW = 2 };
+typedef struct pipe_slot {
+  uint64_t key, lm1;
+  int64_t pos;      /* index position (P_HIT), store row (P_MISS: -1 absent) */
+  unsigned char *src, *pg;
+  uint32_t e1;      /* re-pack epoch before the probe */
+  uint8_t state;
+} pipe_slot;
+
+static inline void prefetch_lines(const void *p, uint32_t bytes) {
+  const char *a = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
+  for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
+}
+
+/* Advance table cursor *t so that position j lies in table *t's segment. */
+static inline void seek_table(const uint64_t *offsets, uint32_t *t, uint64_t j) {
+  while (offsets[*t + 1] <= j) (*t)++;
+}
+
+/* The batched read of positions [0, total): rows into out, kinds into kind[] (keys[] gets
+ * every position's key, for admission). Counts per kind are the caller's. */
+static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                           uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
+                           uint64_t now) {
+  emc__host_cache *h = c->host;
+  const emc_store *s = c->store;
+  const emc__index_view *ix = &h->ix;
+  pipe_slot ring[PIPE_RING];
+  uint32_t ta = 0, tb = 0, tc = 0, td = 0;
+  uint64_t j;
+  unsigned char *dst = out;
+  const uint16_t stamp = emc__stamp_of(now);
+  for (j = 0; j < total + 3 * PIPE_D; j++) {
+    /* ---- A: key, home bucket */
+    if (j < total) {
+      uint64_t b;
+      seek_table(offsets, &ta, j);
+      keys[j] = emc__global_key(&c->codec.tables[ta], ids[j], c->codec.hash_seed);
+      ring[j % PIPE_RING].key = keys[j];
+      b = emc__home_bucket(keys[j], ix->n_buckets) * EMC__BUCKET;
+      __builtin_prefetch(ix->key_bits == 32 ? (const void *)((const uint32_t *)ix->keys + b)
+                                            : (const void *)((const uint64_t *)ix->keys + b));
+    }
+    /* ---- B: probe */
+    if (j >= PIPE_D && j - PIPE_D < total) {
+      uint64_t k = j - PIPE_D;
+      pipe_slot *p = &ring[k % PIPE_RING];
+      seek_table(offsets, &tb, k);
+      p->e1 = EMC_LD_ACQUIRE(ix->epoch);
+      p->pos = emc__hix_find(ix, p->key);
+      if (p->pos >= 0) {
+        p->state = P_HIT;
+        __builtin_prefetch(&ix->lm[p->pos], 0, 3);
+        __builtin_prefetch(&ix->stamps[p->pos], 1, 3);
+      } else {
+        const emc__table *t = &s->tables[tb];
+        p->state = P_MISS;
+        if (t->kind == EMC_TABLE_HASHED) {
+          uint64_t m = emc__map_home(ids[k], t->map_cap);
+          __builtin_prefetch(&t->map_rowp1[m], 0, 3);
+          __builtin_prefetch(&t->map_ids[m], 0, 3);
+        }
+      }
+    }
+    /* ---- C: entry word, row prefetch */
+    if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) {
+      uint64_t k = j - 2 * PIPE_D;
+      pipe_slot *p = &ring[k % PIPE_RING];
+      const emc__table *t;
+      seek_table(offsets, &tc, k);
+      t = &s->tables[tc];
+      if (p->state == P_HIT) {
+        uint32_t loc;
+        p->lm1 = emc__ix_lm(ix, (uint64_t)p->pos);
+        loc = emc__lm_loc(p->lm1);
+        if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) ||
+            !(p->src = emc__slot_addr(h, tc, loc, &p->pg))) {
+          p->state = P_SLOW;
+        } else {
+          prefetch_lines(p->src, t->row_bytes);
+          if (h->layout[tc].off_owner)
+            __builtin_prefetch(emc__slot_owner(p->pg, &h->layout[tc], loc % h->max_slots), 0, 3);
+        }
+      } else { /* P_MISS: the store row */
+        int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)ids[k] : emc__store_find(t, ids[k]);
+        p->pos = row;
+        if (row >= 0) {
+          prefetch_lines(emc__store_row(t, (uint64_t)row), t->row_bytes);
+          __builtin_prefetch(&s->stripes[emc__store_stripe(tc, (uint64_t)row)], 0, 3);
+        }
+      }
+    }
+    /* ---- D: copy and validate */
+    if (j >= 3 * PIPE_D) {
+      uint64_t k = j - 3 * PIPE_D;
+      pipe_slot *p = &ring[k % PIPE_RING];
+      const emc__table *t;
+      uint8_t r = 0xff;
+      seek_table(offsets, &td, k);
+      t = &s->tables[td];
+      EMC_FENCE_ACQUIRE();
+      if (p->state == P_HIT) {
+        const emc__page_layout *L = &h->layout[td];
+        uint64_t owner = ids[k];
+        if (L->off_owner)
+          owner = EMC_LD_RELAXED(emc__slot_owner(p->pg, L, emc__lm_loc(p->lm1) % h->max_slots));
+        emc__row_load(dst, p->src, t->row_bytes);
+        if (owner == ids[k] && emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
+          if (EMC_LD_RELAXED(&ix->stamps[p->pos]) != stamp)
+            EMC_ST_RELAXED(&ix->stamps[p->pos], stamp);
+          r = EMC__R_HIT;
+        }
+      } else if (p->state == P_MISS && !(p->e1 & 1u) && EMC_LD_RELAXED(ix->epoch) == p->e1) {
+        if (p->pos < 0) {
+          memset(dst, 0, t->row_bytes);
+          r = EMC__R_ABSENT;
+        } else {
+          emc__store_row_read(s, td, (uint64_t)p->pos, dst);
+          r = EMC__R_STORE | EMC__R_ADMIT;
+        }
+      }
+      if (r == 0xff) r = read_row(c, td, ids[k], p->key, dst, now); /* start over */
+      kind[k] = r;
+      dst += t->row_bytes;
+    }
+  }
+}
+
+/* ================================================================= lookup */
+/* Stamps must be aged every EMC__AGE_CLAMP / 2 calls (emc_item.h, "LRU stamps"): a lookup that
+ * finds that many calls passed without a pass or scan does it, if the lock is free. */
+static void maybe_age(emc_cache *c, uint64_t now) {
+  emc__host_cache *h = c->host;
+  if (now - __atomic_load_n(&h->aged_at, __ATOMIC_RELAXED) < EMC__AGE_CLAMP / 2) return;
+  if (pthread_mutex_trylock(&h->lock) != 0) return;
+  if (now - h->aged_at >= EMC__AGE_CLAMP / 2) emc__age_stamps(c, now);
+  pthread_mutex_unlock(&h->lock);
+}
+
+emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                            void *out, uint8_t *where) {
+  emc__host_cache *h = c->host;
+  const emc_store *s = c->store;
+  uint64_t total = offsets[s->n_tables], now, hits = 0, misses = 0, absent = 0, unified = 0;
+  uint64_t to_admit = 0, i;
+  uint64_t *keys;
+  uint8_t *kind;
+  uint32_t t;
+  if (total == 0) return EMC_OK;
+  if (total > SIZE_MAX / (sizeof *keys + sizeof *kind))
+    return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids overflows the address space",
+                    (unsigned long long)total);
+  keys = emc__mallocn(total, sizeof *keys);
+  kind = emc__mallocn(total, sizeof *kind);
+  if (!keys || !kind) {
+    free(keys);
+    free(kind);
+    return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids", (unsigned long long)total);
+  }
+  now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
+  maybe_age(c, now);
+  if (h->pipelined) {
+    read_pipelined(c, ids, offsets, total, out, keys, kind, now);
+  } else {
+    unsigned char *dst = out;
+    for (t = 0; t < s->n_tables; t++) {
+      const emc__table_code *tc = &c->codec.tables[t];
+      uint32_t rb = s->tables[t].row_bytes;
+      for (i = offsets[t]; i < offsets[t + 1]; i++, dst += rb) {
+        keys[i] = emc__global_key(tc, ids[i], c->codec.hash_seed);
+        kind[i] = read_row(c, t, ids[i], keys[i], dst, now);
+      }
+    }
+  }
+  for (i = 0; i < total; i++) {
+    uint8_t k = kind[i], base = k & 3u;
+    if (where)
+      where[i] = base == EMC__R_HIT ? EMC_WHERE_CACHE
+                 : base == EMC__R_STORE ? EMC_WHERE_STORE : EMC_WHERE_ABSENT;
+    hits += base == EMC__R_HIT;
+    misses += base == EMC__R_STORE;
+    absent += base == EMC__R_ABSENT;
+    unified += (k & EMC__R_UNIFIED) != 0;
+    to_admit += (k & EMC__R_ADMIT) != 0;
+  }
+  EMC__CNT_ADD(h->n_lookups, total);
+  EMC__CNT_ADD(h->n_hits, hits);
+  EMC__CNT_ADD(h->n_misses, misses);
+  EMC__CNT_ADD(h->n_absent, absent);
+  EMC__CNT_ADD(h->n_unified, unified);
+  if (to_admit > 0) { /* admit_host.c takes keys and kind (freed there) */
+    emc__host_admit(c, ids, offsets, keys, kind, to_admit, now);
+    return EMC_OK;
+  }
+  free(keys);
+  free(kind);
+  return EMC_OK;
+}
