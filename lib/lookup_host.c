@@ -171,6 +171,7 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
       seek_table(offsets, &tb, k);
       p->e1 = EMC_LD_ACQUIRE(ix->epoch);
       p->pos = emc__hix_find(ix, p->key);
+      EMC__TP(EMC__TP_READ, "read: probed");
       if (p->pos >= 0) {
         p->state = P_HIT;
         __builtin_prefetch(&ix->lm[p->pos], 0, 3);
@@ -195,6 +196,7 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
       if (p->state == P_HIT) {
         uint32_t loc;
         p->lm1 = emc__ix_lm(ix, (uint64_t)p->pos);
+        EMC__TP(EMC__TP_READ, "read: entry loaded");
         loc = emc__lm_loc(p->lm1);
         if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) ||
             !(p->src = emc__slot_addr(h, tc, loc, &p->pg))) {
@@ -228,6 +230,7 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
         if (L->off_owner)
           owner = EMC_LD_RELAXED(emc__slot_owner(p->pg, L, emc__lm_loc(p->lm1) % h->max_slots));
         emc__row_load(dst, p->src, t->row_bytes);
+        EMC__TP(EMC__TP_READ, "read: row copied");
         if (owner == ids[k] && emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
           if (EMC_LD_RELAXED(&ix->stamps[p->pos]) != stamp)
             EMC_ST_RELAXED(&ix->stamps[p->pos], stamp);
@@ -242,7 +245,10 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
           r = EMC__R_STORE | EMC__R_ADMIT;
         }
       }
-      if (r == 0xff) r = read_row(c, td, ids[k], p->key, dst, now); /* start over */
+      if (r == 0xff) { /* start over */
+        EMC__TP(EMC__TP_READ, "read: the pipeline hands the position to read_row");
+        r = read_row(c, td, ids[k], p->key, dst, now);
+      }
       kind[k] = r;
       dst += t->row_bytes;
     }

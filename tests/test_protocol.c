@@ -27,7 +27,9 @@
  *        result. W: re-pack; insert of K (generation 3, in place); eviction of K (written
  *        back, then removed or turned into a unified entry); flush; eviction of K then a
  *        lookup that admits it again; insert of J (its unified entry turned into a slot).
- * The number of schedules run is printed.
+ * Every test runs against both read paths of the lookup (lib/lookup_host.c): the pipelined
+ * batched read, whose stages carry the same test points at the same protocol steps, and the
+ * per-row reference. The number of schedules run is printed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
@@ -42,6 +44,10 @@
 #define ROWB (DIM * 4u)
 #define D_ROWS 4096u
 #define H_CAP 4096u
+
+/* The lookup's read path under test (lib/lookup_host.c): 1 the pipelined batched read, 0 the
+ * per-row reference; every test runs both. */
+static int g_pipelined = 1;
 
 /* ------------------------------------------------------------------ rows */
 /* The row of (table, id, generation): exact small integers. */
@@ -231,6 +237,7 @@ static void build(shape *sh, int hashed_k) {
   EMCT_OK(emc_store_write(sh->s, sh->tk, &sh->k, 1, row));
   config(&cfg);
   EMCT_OK(emc_cache_create(sh->s, &cfg, &sh->c));
+  EMCT_OK(emc__cache_set_pipelined(sh->c, g_pipelined));
   for (i = 0; i < 8; i++) insert1(sh->c, 0, sh->a[i], 1);
   insert1(sh->c, sh->tk, sh->k, 2); /* dirty: the store keeps generation 1 */
   insert1(sh->c, 1, sh->j, 1);      /* a new hashed id: its store row holds generation 1 */
@@ -411,14 +418,22 @@ static void run_schedule(int hashed_k, op w, int i, int j, int *ri, int *wjs, co
  * entry word; the re-pack moves J's unified entry into that slot. */
 static void repack_under_reader(int hashed_k) {
   int ri, wj;
-  run_schedule(hashed_k, OP_REPACK, 1, 0, &ri, &wj, "re-pack under a reader");
+  for (g_pipelined = 0; g_pipelined <= 1; g_pipelined++)
+    run_schedule(hashed_k, OP_REPACK, 1, 0, &ri, &wj,
+                 g_pipelined ? "re-pack under a reader (pipelined read)"
+                             : "re-pack under a reader (per-row read)");
 }
 START_TEST(repack_under_reader_dense) { repack_under_reader(0); }
 END_TEST
 START_TEST(repack_under_reader_hashed) { repack_under_reader(1); }
 END_TEST
 
+static void interleavings_of_path(int hashed_k);
 static void interleavings(int hashed_k) {
+  for (g_pipelined = 0; g_pipelined <= 1; g_pipelined++) interleavings_of_path(hashed_k);
+}
+
+static void interleavings_of_path(int hashed_k) {
   int w, schedules = 0;
   for (w = 0; w < OP_COUNT; w++) {
     int r_steps, w_steps, i, j, dummy;
@@ -430,8 +445,9 @@ static void interleavings(int hashed_k) {
       for (j = 0; j <= w_steps; j++, schedules++)
         run_schedule(hashed_k, (op)w, i, j, &dummy, &dummy, "interleaving");
   }
-  fprintf(stderr, "test_protocol: K %s: %d schedules of one reader step against one writer step\n",
-          hashed_k ? "hashed" : "dense", schedules);
+  fprintf(stderr, "test_protocol: K %s, %s read: %d schedules of one reader step against one "
+          "writer step\n", hashed_k ? "hashed" : "dense", g_pipelined ? "pipelined" : "per-row",
+          schedules);
 }
 START_TEST(interleavings_dense) { interleavings(0); }
 END_TEST
