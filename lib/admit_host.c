@@ -81,6 +81,9 @@ static void admit_records(emc_cache *c, uint64_t n, const uint32_t *table, const
   const emc_store *s = c->store;
   uint64_t i;
   for (i = 0; i < n; i++) {
+    /* a pass ages entries against the newest clock (later lookups may have stamped rows
+     * since this one's `now`); the admitted row keeps its own access time, `now` */
+    uint64_t newest = __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED);
     const emc__table *tb = &s->tables[table[i]];
     int64_t pos, srow;
     int collision;
@@ -88,7 +91,7 @@ static void admit_records(emc_cache *c, uint64_t n, const uint32_t *table, const
       const emc__table *ta = &s->tables[table[i + ADMIT_AHEAD]];
       if (ta->kind == EMC_TABLE_DENSE) __builtin_prefetch(emc__store_row(ta, id[i + ADMIT_AHEAD]));
     }
-    if (!emc__make_room(c, tb->stride, now)) {
+    if (!emc__make_room(c, tb->stride, newest > now ? newest : now)) {
       (*skipped)++;
       continue;
     }

@@ -739,11 +739,19 @@ EMC_HD void emc__bitmap_fill(uint64_t *words, uint32_t n_words, uint32_t n_slots
  * approximation, never a corruption). An eviction pass reads ages, (now - stamp) mod 2^16;
  * it clamps every age above EMC__AGE_CLAMP back to that age, and a clamp-only scan runs
  * whenever EMC__AGE_CLAMP / 2 clock ticks pass without one, so no live entry's true age
- * passes 2^16 unnoticed and wraps round to look young. */
+ * passes 2^16 unnoticed and wraps round to look young.
+ * A stamp may also lie ahead of the pass's `now`: a lookup that began after the writer read
+ * the clock (another thread's, or the next call while the admission thread or the device's
+ * writer stream works on an older call) stamps the rows it hits with its own, later clock.
+ * Such a row was just used: a stamp up to EMC__STAMP_AHEAD ticks ahead counts as age 0 (as
+ * (now - stamp) mod 2^16 it would be about 2^16, the oldest of all, and the pass would evict
+ * the hottest rows first). True ages stay far below 2^16 - EMC__STAMP_AHEAD (the clamp). */
 #define EMC__AGE_CLAMP 32768u
+#define EMC__STAMP_AHEAD 4096u
 EMC_HD uint16_t emc__stamp_of(uint64_t clock) { return (uint16_t)clock; }
 EMC_HD uint32_t emc__stamp_age(uint64_t now, uint16_t stamp) {
-  return (uint32_t)(uint16_t)((uint16_t)now - stamp);
+  uint32_t a = (uint32_t)(uint16_t)((uint16_t)now - stamp);
+  return a > 65536u - EMC__STAMP_AHEAD ? 0u : a;
 }
 
 /* ------------------------------------------------------------------- miss set

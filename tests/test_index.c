@@ -21,6 +21,7 @@
  *              may not
  */
 #include "common.h"
+#include "host_cache.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -454,6 +455,72 @@ START_TEST(entry_word_validation) {
 }
 END_TEST
 
+/* LRU stamps a later call wrote (a lookup that began after the writer read the clock) count
+ * as the youngest, not, mod 2^16, as the oldest: ages, then a host pass run with such stamps
+ * in place (before the fix the pass evicted exactly those rows first). */
+START_TEST(stamps_ahead_of_the_pass) {
+  static const emc_table_desc T1[1] = {{"D", EMC_TABLE_DENSE, 4096, 4, EMC_DTYPE_F32, EMC_STATE_NONE}};
+  const uint64_t nows[] = {5, 65535, 70000, 1u << 20};
+  emc_store *st;
+  emc_cache *c;
+  emc_cache_config cfg;
+  emc__cache_debug d0, d1;
+  uint64_t ids[512], off[2], clock, i, hot = 10, fill, fresh = 200;
+  uint8_t where[512];
+  float *out = malloc(512 * 16);
+  size_t k;
+  ck_assert_ptr_nonnull(out);
+  for (k = 0; k < sizeof nows / sizeof *nows; k++) {
+    uint64_t now = nows[k];
+    ck_assert_uint_eq(emc__stamp_age(now, emc__stamp_of(now)), 0);
+    ck_assert_uint_eq(emc__stamp_age(now, emc__stamp_of(now + 1)), 0);
+    ck_assert_uint_eq(emc__stamp_age(now, emc__stamp_of(now + EMC__STAMP_AHEAD - 1)), 0);
+    ck_assert_uint_eq(emc__stamp_age(now, emc__stamp_of(now - 1)), 1);
+    ck_assert_uint_eq(emc__stamp_age(now, emc__stamp_of(now - EMC__AGE_CLAMP)), EMC__AGE_CLAMP);
+    ck_assert_uint_eq(emc__stamp_age(now, emc__stamp_of(now - 3 * EMC__AGE_CLAMP / 2)),
+                      3 * EMC__AGE_CLAMP / 2);
+  }
+  EMCT_OK(emc_store_create(T1, 1, &st));
+  EMCT_OK(emc_store_fill_uniform(st, 0, -1.0f, 1.0f, 7));
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_HOST;
+  cfg.capacity_bytes = 300 * 16; /* rows of 16 bytes: about 300 slots */
+  EMCT_OK(emc_cache_create(st, &cfg, &c));
+  /* fill to just below t1, one row per call (each older than the next) */
+  fill = (uint64_t)(0.95 * 300) - 20;
+  for (i = 0; i < fill; i++) {
+    off[0] = 0, off[1] = 1;
+    EMCT_OK(emc_lookup(c, &i, off, out, NULL));
+  }
+  /* the hot rows 0..9 were the oldest; a later call stamps them, ahead of the clock */
+  clock = __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED);
+  for (i = 0; i < hot; i++) {
+    uint64_t key = emc__global_key(&c->codec.tables[0], i, c->codec.hash_seed);
+    int64_t pos = emc__index_find(&c->host->ix, key);
+    ck_assert_int_ge(pos, 0);
+    c->host->ix.stamps[pos] = emc__stamp_of(clock + 2);
+  }
+  /* one call of fresh rows: its admissions run a pass (at clock + 1) */
+  EMCT_OK(emc__cache_get_debug(c, &d0));
+  for (i = 0; i < fresh; i++) ids[i] = 1000 + i;
+  off[0] = 0, off[1] = fresh;
+  EMCT_OK(emc_lookup(c, ids, off, out, NULL));
+  EMCT_OK(emc__cache_get_debug(c, &d1));
+  ck_assert_msg(d1.passes > d0.passes, "no eviction pass ran");
+  for (i = 0; i < hot; i++) ids[i] = i;
+  off[0] = 0, off[1] = hot;
+  EMCT_OK(emc_lookup_ex(c, ids, off, out, where, NULL));
+  for (i = 0; i < hot; i++)
+    ck_assert_msg(where[i] == EMC_WHERE_CACHE,
+                  "row %llu, stamped by a later call, was evicted by the pass (where %u)",
+                  (unsigned long long)i, where[i]);
+  EMCT_OK(emc__cache_check(c));
+  emc_cache_destroy(c);
+  emc_store_destroy(st);
+  free(out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("index");
   TCase *tc = tcase_create("twins");
@@ -468,6 +535,7 @@ int main(void) {
   tcase_add_test(tc, missset_racing_threads);
   tcase_add_test(tc, planner_scan);
   tcase_add_test(tc, entry_word_validation);
+  tcase_add_test(tc, stamps_ahead_of_the_pass);
   tcase_set_timeout(tc, emct_timeout(120));
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
