@@ -16,7 +16,9 @@
  * OPT at the configured sizes and a few others, as "record":"mrc" JSON lines; --plot DIR
  * turns all lines into PNGs (bench/plot_bench.py). With --prewarm (warmup.c), each configuration
  * also compares an empty cache with one warmed from the hottest rows of the trace's first
- * batches, on the batches that follow them ("prewarm" in the JSON line).
+ * batches, on the batches that follow them ("prewarm" in the JSON line). --admission picks
+ * when the caches admit a lookup's misses; --threads T looks each measured batch up from T
+ * threads at once (lookup_threads.c) and times one thread on the same batches beside it.
  * Progress goes to stderr, JSON lines to stdout (and to --out FILE, appended).
  * Exit status: 0 ok; 1 wrong rows or --all-hit not all hits; 2 an emc_* call failed or out
  * of memory; 3 --plot failed; 64 bad command line.
@@ -35,6 +37,7 @@
 
 #include "embcache.h"
 #include "jline.h"
+#include "lookup_threads.h"
 #include "per_table.h"
 #include "sizing.h"
 #include "slot.h"
@@ -84,6 +87,8 @@ typedef struct bench_opts {
   int prewarm;              /* --prewarm: cold vs hot-set-warmed caches (warmup.c) */
   size_t prewarm_sample;    /* batches counted for the hot set */
   size_t prewarm_batches;   /* batches after them, measured on both caches */
+  uint32_t admission;       /* --admission: cfg.admission of every cache (emc_admission) */
+  unsigned threads;         /* --threads: callers looking up each measured batch */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -129,6 +134,19 @@ static void usage(FILE *f) {
       "                       --prewarm-sample batches, on the --prewarm-batches after them\n"
       "                       (JSON: \"prewarm\"; independent of --warmup)\n"
       "  --prewarm-sample N --prewarm-batches K   (default 64 and 16)\n"
+      "  --admission inline|background   when every cache of the run (main, per-table,\n"
+      "                       --train, --prewarm) admits a lookup's misses: inside the lookup\n"
+      "                       (default) or on a thread of the cache after it returns. The main\n"
+      "                       cache is emc_flush'ed (untimed) after the warm-up and after the\n"
+      "                       measured batches, so admissions/admit_skipped are complete\n"
+      "  --threads T          T caller threads (1..64, default 1; host backend only) look up\n"
+      "                       each measured batch of the main cache at once, each a contiguous\n"
+      "                       part of it (its own offsets, ids, out and where); lookups_per_s is\n"
+      "                       wall time over the batches. T > 1 also times one thread on the\n"
+      "                       same batches, after the T-thread pass, through a fresh cache built\n"
+      "                       and warmed the same way (JSON: lookups_per_s_1thread,\n"
+      "                       thread_scaling, hit_ratio_1thread). Warm-up, the gather baseline\n"
+      "                       (ratio_vs_gather) and the per-table caches run on one thread\n"
       "  --out FILE           append the JSON lines to FILE too\n"
       "  -h, --help\n"
       "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
@@ -182,7 +200,7 @@ enum {
   OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
   OPT_PER_TABLE, OPT_NO_PER_TABLE,
   OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT,
-  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES
+  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES, OPT_ADMISSION, OPT_THREADS
 };
 
 /* --train's options (train.c), numbered apart from the list above */
@@ -227,6 +245,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"prewarm", no_argument, NULL, OPT_PREWARM},
       {"prewarm-sample", required_argument, NULL, OPT_PREWARM_SAMPLE},
       {"prewarm-batches", required_argument, NULL, OPT_PREWARM_BATCHES},
+      {"admission", required_argument, NULL, OPT_ADMISSION},
+      {"threads", required_argument, NULL, OPT_THREADS},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->preset = "criteo-kaggle";
@@ -255,6 +275,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   o->mrc_opt_points = 8;
   o->prewarm_sample = 64;
   o->prewarm_batches = 16;
+  o->admission = EMC_ADMISSION_INLINE;
+  o->threads = 1;
 
   int c;
   uint64_t u = 0;
@@ -380,6 +402,15 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         if (parse_u64(a, &u) != 0 || u == 0 || u > 1000000) goto bad;
         o->prewarm_batches = (size_t)u;
         break;
+      case OPT_ADMISSION:
+        if (strcmp(a, "inline") == 0) o->admission = EMC_ADMISSION_INLINE;
+        else if (strcmp(a, "background") == 0) o->admission = EMC_ADMISSION_BACKGROUND;
+        else goto bad;
+        break;
+      case OPT_THREADS:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > EMCB_LT_MAX_THREADS) goto bad;
+        o->threads = (unsigned)u;
+        break;
       case 'h':
       case OPT_HELP: usage(stdout); return 1;
       case OPT_PER_TABLE: o->per_table = 1; break;
@@ -408,6 +439,12 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
   if (o->n_batch_sizes == 0) {
     o->batch_sizes[0] = (double)o->batch;
     o->n_batch_sizes = 1;
+  }
+  if (o->threads > 1 && o->backend == EMC_BACKEND_CUDA) {
+    fprintf(stderr, "emc-bench: --threads > 1 needs the host backend (emc-bench gives the CUDA "
+            "backend pageable host buffers on the default stream: its calls would wait for one "
+            "another); drop --threads or use --backend host\n");
+    return -1;
   }
   if (o->all_hit && o->n_fracs > 1) {
     fprintf(stderr, "emc-bench: --all-hit sizes the cache itself; drop --sweep-cache\n");
@@ -451,6 +488,10 @@ static void *xcalloc(size_t n, size_t size) {
     exit(EXIT_EMC);
   }
   return p;
+}
+
+static const char *admission_name(uint32_t a) {
+  return a == EMC_ADMISSION_BACKGROUND ? "background" : "inline";
 }
 
 static const char *backend_name(emc_backend b) {
@@ -516,6 +557,7 @@ typedef struct bench_ctx {
   sizing_point cfg[2 * MAX_SWEEP]; /* --mrc: this trace's configured sizes (t2, t1 rows) */
   size_t n_cfg;
   char backend_why[512];   /* why the cache runs where it does (backend_reason) */
+  emcb_lt *lt;             /* --threads > 1: the callers of each measured batch */
 } bench_ctx;
 
 /* One JSON line to stdout, --out and --plot's file. */
@@ -642,6 +684,84 @@ static void pt_distinct(void *ctx, size_t i, const uint8_t *where, uint64_t *hit
   *keys += m;
 }
 
+/* A cache's warm-up (untimed, one thread, so that --threads' two caches start from the same
+ * contents): the warm-up batches, and with --all-hit the measured ones once; then emc_flush,
+ * so that misses still waiting for a background admission are admitted before the measured
+ * part (and its counters) starts. Returns its seconds, the flush included. */
+static double warm_up(bench_ctx *b, emc_cache *cache) {
+  const bench_opts *o = b->o;
+  double tw = now_s();
+  for (size_t i = 0; i < o->warmup; i++)
+    EMC_CHECK("emc_lookup", emc_lookup(cache, batch_ids(b, i), b->offsets, b->out, NULL));
+  if (o->all_hit)
+    for (size_t i = 0; i < o->batches; i++)
+      EMC_CHECK("emc_lookup", emc_lookup(cache, batch_ids(b, o->warmup + i), b->offsets,
+                                         b->out, NULL));
+  EMC_CHECK("emc_flush", emc_flush(cache, NULL));
+  return now_s() - tw;
+}
+
+/* What one pass over the measured batches saw (measure). */
+typedef struct bench_pass {
+  double seconds;                    /* wall time of the lookups, summed batch by batch */
+  uint64_t where_hits, where_absent; /* positions, by where[] */
+  uint64_t dist_hits, dist_total;    /* distinct keys per batch: hits, all */
+  uint64_t checked;                  /* rows compared with emc_uniform_row */
+  int wrong;                         /* ... and some differed */
+  emc_stats s0, s1;                  /* the cache's stats before and after (flushed) */
+} bench_pass;
+
+/* The measured batches through cache with emc_lookup_ex, timed batch by batch: from this
+ * thread, or with lt from all of lt's threads at once (a batch's wall time: from releasing
+ * them to the last one done). Untimed: where[] counted per position and per distinct key, and
+ * N_CHECK_BATCHES batches' rows checked; after the batches emc_flush (a background admission
+ * completes), then the stats. */
+static void measure(bench_ctx *b, emc_cache *cache, emcb_lt *lt, const char *what,
+                    bench_pass *r) {
+  const bench_opts *o = b->o;
+  const size_t check_at[N_CHECK_BATCHES] = {0, o->batches / 2, o->batches - 1};
+  memset(r, 0, sizeof *r);
+  EMC_CHECK("emc_get_stats", emc_get_stats(cache, &r->s0));
+  for (size_t i = 0; i < o->batches; i++) {
+    const uint64_t *ids = batch_ids(b, o->warmup + i);
+    double t0 = now_s();
+    emc_status st = lt ? emcb_lt_lookup(lt, cache, ids, b->out, b->where)
+                       : emc_lookup_ex(cache, ids, b->offsets, b->out, b->where, NULL);
+    r->seconds += now_s() - t0;
+    if (st != EMC_OK && lt) {
+      fprintf(stderr, "emc-bench: emc_lookup_ex (--threads %u) failed: %s: %s\n", o->threads,
+              emc_status_name(st), emcb_lt_detail(lt));
+      exit(EXIT_EMC);
+    }
+    if (st != EMC_OK) die_emc("emc_lookup_ex", st);
+
+    for (size_t p = 0; p < b->batch_ids; p++) {
+      r->where_hits += b->where[p] == EMC_WHERE_CACHE;
+      r->where_absent += b->where[p] == EMC_WHERE_ABSENT;
+    }
+    size_t m = 0;
+    if (emct_dedup_batch(&b->dedup, ids, b->offsets, b->n_tables, b->first, &m) != 0) {
+      fprintf(stderr, "emc-bench: out of memory (dedup)\n");
+      exit(EXIT_EMC);
+    }
+    for (size_t k = 0; k < m; k++) r->dist_hits += b->where[b->first[k]] == EMC_WHERE_CACHE;
+    r->dist_total += m;
+
+    for (int c = 0; c < N_CHECK_BATCHES; c++) {
+      if (check_at[c] != i || (c > 0 && check_at[c - 1] == i)) continue;
+      uint64_t bad = check_rows(b, ids, b->out, what);
+      r->checked += b->batch_ids;
+      if (bad) {
+        fprintf(stderr, "emc-bench: %s: measured batch %zu: %" PRIu64 " wrong rows\n", what, i,
+                bad);
+        r->wrong = 1;
+      }
+    }
+  }
+  EMC_CHECK("emc_flush", emc_flush(cache, NULL));
+  EMC_CHECK("emc_get_stats", emc_get_stats(cache, &r->s1));
+}
+
 /* One configuration (alpha already in the trace, cache fraction frac). Returns the exit
  * status contribution (0 or EXIT_WRONG). */
 static int run_config(bench_ctx *b, double alpha, double frac) {
@@ -674,9 +794,16 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   cfg.evict_high = (float)o->t1;
   cfg.evict_low = (float)o->t2;
   cfg.key_bits = o->key_bits;
+  cfg.admission = o->admission;
   emc_cache *cache = NULL;
   EMC_CHECK("emc_cache_create", emc_cache_create(b->store, &cfg, &cache));
   emc_backend be = emc_cache_backend(cache);
+  if (o->threads > 1 && be == EMC_BACKEND_CUDA) { /* AUTO chose CUDA after all (see main) */
+    fprintf(stderr, "emc-bench: --threads > 1 needs the host backend, and the cache runs on "
+            "CUDA; drop --threads or use --backend host\n");
+    emc_cache_destroy(cache);
+    exit(EXIT_USAGE);
+  }
   if (!b->backend_why[0]) {
     backend_reason(o->backend, be, b->backend_why, sizeof b->backend_why);
     fprintf(stderr, "emc-bench: backend %s (%s); host allocator: %s\n", backend_name(be),
@@ -686,52 +813,17 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
           alpha, (double)capacity / (double)b->total_bytes, capacity, backend_name(be),
           o->all_hit ? " (all-hit)" : "");
 
-  /* ---- warm-up (untimed): warm-up batches, and with --all-hit the measured ones once */
-  double tw = now_s();
-  for (size_t i = 0; i < o->warmup; i++)
-    EMC_CHECK("emc_lookup", emc_lookup(cache, batch_ids(b, i), b->offsets, b->out, NULL));
-  if (o->all_hit)
-    for (size_t i = 0; i < o->batches; i++)
-      EMC_CHECK("emc_lookup", emc_lookup(cache, batch_ids(b, o->warmup + i), b->offsets,
-                                         b->out, NULL));
-  tw = now_s() - tw;
-
-  /* ---- measured: emc_lookup_ex, timed per call */
-  emc_stats s0, s1;
-  EMC_CHECK("emc_get_stats", emc_get_stats(cache, &s0));
-  size_t check_at[N_CHECK_BATCHES] = {0, o->batches / 2, o->batches - 1};
-  uint64_t where_hits = 0, where_absent = 0, dist_hits = 0, dist_total = 0, checked = 0;
-  double t_cache = 0;
-  for (size_t i = 0; i < o->batches; i++) {
-    const uint64_t *ids = batch_ids(b, o->warmup + i);
-    double t0 = now_s();
-    emc_status st = emc_lookup_ex(cache, ids, b->offsets, b->out, b->where, NULL);
-    t_cache += now_s() - t0;
-    if (st != EMC_OK) die_emc("emc_lookup_ex", st);
-
-    for (size_t p = 0; p < b->batch_ids; p++) {
-      where_hits += b->where[p] == EMC_WHERE_CACHE;
-      where_absent += b->where[p] == EMC_WHERE_ABSENT;
-    }
-    size_t m = 0;
-    if (emct_dedup_batch(&b->dedup, ids, b->offsets, b->n_tables, b->first, &m) != 0) {
-      fprintf(stderr, "emc-bench: out of memory (dedup)\n");
-      exit(EXIT_EMC);
-    }
-    for (size_t k = 0; k < m; k++) dist_hits += b->where[b->first[k]] == EMC_WHERE_CACHE;
-    dist_total += m;
-
-    for (int c = 0; c < N_CHECK_BATCHES; c++) {
-      if (check_at[c] != i || (c > 0 && check_at[c - 1] == i)) continue;
-      uint64_t bad = check_rows(b, ids, b->out, "cache lookup");
-      checked += b->batch_ids;
-      if (bad) {
-        fprintf(stderr, "emc-bench: measured batch %zu: %" PRIu64 " wrong rows\n", i, bad);
-        wrong = 1;
-      }
-    }
-  }
-  EMC_CHECK("emc_get_stats", emc_get_stats(cache, &s1));
+  /* ---- warm-up (untimed), then the measured batches: emc_lookup_ex, timed per batch (with
+   * --threads, from all the callers at once) */
+  const double tw = warm_up(b, cache);
+  bench_pass mp;
+  measure(b, cache, b->lt, o->threads > 1 ? "cache lookup (threads)" : "cache lookup", &mp);
+  const emc_stats s0 = mp.s0, s1 = mp.s1;
+  const uint64_t where_hits = mp.where_hits, where_absent = mp.where_absent;
+  const uint64_t dist_hits = mp.dist_hits, dist_total = mp.dist_total;
+  uint64_t checked = mp.checked;
+  const double t_cache = mp.seconds;
+  if (mp.wrong) wrong = 1;
 
   const uint64_t lookups = s1.lookups - s0.lookups, hits = s1.hits - s0.hits;
   const uint64_t positions = (uint64_t)o->batches * b->batch_ids;
@@ -787,6 +879,25 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
 
   emc_stats gauges = s1;
   EMC_CHECK("emc_cache_destroy", emc_cache_destroy(cache));
+
+  /* ---- --threads T > 1: one thread on the same batches through a fresh cache, created with
+   * the same cfg and warmed the same way (one thread, then flushed), so both passes start from
+   * the same contents, each right after its own warm-up, and run the same calls; only the
+   * callers differ. It runs second (a store serves one cache at a time). */
+  double lps1 = NAN, hit1 = NAN;
+  if (o->threads > 1) {
+    emc_cache *one = NULL;
+    EMC_CHECK("emc_cache_create", emc_cache_create(b->store, &cfg, &one));
+    warm_up(b, one);
+    bench_pass p1;
+    measure(b, one, NULL, "cache lookup (1 thread)", &p1);
+    EMC_CHECK("emc_cache_destroy", emc_cache_destroy(one));
+    const uint64_t l1 = p1.s1.lookups - p1.s0.lookups, h1 = p1.s1.hits - p1.s0.hits;
+    if (p1.wrong || (o->all_hit && h1 != l1)) wrong = 1;
+    checked += p1.checked;
+    lps1 = (double)((uint64_t)o->batches * b->batch_ids) / p1.seconds;
+    hit1 = l1 ? (double)h1 / (double)l1 : NAN;
+  }
 
   /* ---- --train: training steps through a cache and without one, same batches (train.c) */
   emcb_train_result tres;
@@ -867,6 +978,8 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_str(&j, "host_allocator", emc_host_allocator());
   jl_u64(&j, "key_bits", o->key_bits);
   jl_u64(&j, "seed", o->seed);
+  jl_str(&j, "admission", admission_name(o->admission));
+  jl_u64(&j, "threads", o->threads);
   jl_bool(&j, "all_hit", o->all_hit);
   if (o->all_hit) jl_u64(&j, "trace_distinct_rows", distinct_rows);
   jl_u64(&j, "lookups", lookups);
@@ -894,6 +1007,11 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_num(&j, "seconds", t_cache);
   jl_num(&j, "warmup_seconds", tw);
   jl_num(&j, "lookups_per_s", lps);
+  if (o->threads > 1) {
+    jl_num(&j, "lookups_per_s_1thread", lps1);
+    jl_num(&j, "thread_scaling", lps / lps1);
+    jl_num(&j, "hit_ratio_1thread", hit1);
+  }
   jl_num(&j, "rows_per_s", lps); /* one row out per lookup */
   jl_num(&j, "samples_per_s", (double)o->batches * (double)o->batch / t_cache);
   jl_num(&j, "gb_per_s", lps * (double)b->row_bytes / 1e9);
@@ -942,8 +1060,11 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
     fprintf(stderr, "; exact LRU %.4f .. %.4f%s; phased %.4f .. %.4f", lru_t2, lru_t1,
             in_range ? "" : range_applies ? ", OUTSIDE" : ", outside; batch > t2*capacity",
             plru_t2, plru_t1);
-  fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f\n", lps,
-          lps * (double)b->row_bytes / 1e9, glps, lps / glps);
+  fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f; admission %s\n",
+          lps, lps * (double)b->row_bytes / 1e9, glps, lps / glps, admission_name(o->admission));
+  if (o->threads > 1)
+    fprintf(stderr, "emc-bench:   threads: %u -> x%.2f over 1 thread on the same batches\n",
+            o->threads, lps / lps1);
   if (be == EMC_BACKEND_HOST) /* what the first figure a user sees means (issue 19) */
     fprintf(stderr, "emc-bench:   host backend: cache and store share host memory, so x%.2f is a "
             "lookup through the cache against gathering the same rows straight from the store "
@@ -968,6 +1089,16 @@ int main(int argc, char **argv) {
   if (pr != 0) {
     if (pr < 0) usage(stderr);
     return pr > 0 ? 0 : EXIT_USAGE;
+  }
+
+  if (o.threads > 1 && o.backend == EMC_BACKEND_AUTO) {
+    int n_dev = 0; /* AUTO picks CUDA (device 0) exactly when a device answers */
+    if (emc_device_count(&n_dev) == EMC_OK) {
+      fprintf(stderr, "emc-bench: --threads > 1 needs the host backend, and --backend auto "
+              "would pick CUDA here (%d device%s); add --backend host\n", n_dev,
+              n_dev == 1 ? "" : "s");
+      return EXIT_USAGE;
+    }
   }
 
   bench_ctx b;
@@ -1047,6 +1178,10 @@ int main(int argc, char **argv) {
   b.where = xmalloc(b.batch_ids);
   b.first = xmalloc(b.batch_ids * sizeof *b.first);
   emct_dedup_init(&b.dedup);
+  if (o.threads > 1) {
+    int lst = emcb_lt_create(o.threads, &b.lt);
+    if (lst != 0) die_emc("--threads' callers", (emc_status)lst);
+  }
 
   int rc = 0;
   for (size_t bs = 0; bs < o.n_batch_sizes; bs++) {
@@ -1058,6 +1193,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "emc-bench: emc_batch_bytes gave %zu, expected %zu\n", b.out_bytes,
               (size_t)(b.batch_ids * b.row_bytes));
       return EXIT_WRONG;
+    }
+    if (b.lt) { /* every batch of this size has this layout */
+      int lst = emcb_lt_plan(b.lt, b.store, b.offsets, b.n_tables);
+      if (lst != 0) die_emc("--threads' split of the batch", (emc_status)lst);
     }
     for (size_t a = 0; a < o.n_alphas; a++) {
       /* ---- trace: generated once per alpha, reused for every cache size */
@@ -1120,6 +1259,7 @@ int main(int argc, char **argv) {
     }
   }
 
+  emcb_lt_destroy(b.lt);
   emct_dedup_free(&b.dedup);
   free(b.first);
   free(b.where);
