@@ -16,11 +16,12 @@
  *               never do). At most EMC_ADMISSION_QUEUE_ROWS rows wait at once; a lookup whose
  *               misses would pass that, or whose batch cannot be allocated, skips them
  *               (admit_skipped). emc_flush waits for the queue to drain (emc__admission_drain).
+ *               The thread is named "emc-admit"; emc_cache_destroy joins it.
  * Either way every guarantee of a lookup holds: the rows it returned were read before any of
  * this, `where` and the hit/miss counts describe those reads, and admissions and skips are
  * counted when they happen.
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, sem_* */
+#define _GNU_SOURCE 1 /* pthread_setname_np; clock_gettime, sem_* */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,7 @@ emc_status emc__admission_start(emc_cache *c) {
   h->adm_sync_ok = 1;
   if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0)
     return EMC_FAIL(EMC_ENOMEM, "cannot start the admission thread: %s", strerror(err));
+  (void)pthread_setname_np(h->adm_thread, "emc-admit"); /* for top -H, gdb, tests */
   h->adm_bg = 1;
   return EMC_OK;
 }
