@@ -89,6 +89,7 @@ _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}   # emc_dtype -> Nu
 _DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
 _KINDS = {"dense": 0, "hashed": 1}
 _BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
+_ADMISSIONS = {"inline": 0, "background": 1}
 _STATES = {"none": 0, "adagrad": 1}                              # emc_row_state
 _OPT_KINDS = {"sgd": 0, "rowwise_adagrad": 1}                    # emc_optimizer_kind
 _MERGES = {"sum": 0, "mean": 1}                                  # emc_grad_merge
@@ -107,7 +108,8 @@ class _CacheConfig(ctypes.Structure):
                 ("device", ctypes.c_int), ("capacity_bytes", ctypes.c_size_t),
                 ("evict_high", ctypes.c_float), ("evict_low", ctypes.c_float),
                 ("key_bits", ctypes.c_uint32), ("unified_index_rows", ctypes.c_uint64),
-                ("hash_seed", ctypes.c_uint64), ("prefetch_depth", ctypes.c_uint32)]
+                ("hash_seed", ctypes.c_uint64), ("prefetch_depth", ctypes.c_uint32),
+                ("admission", ctypes.c_uint32)]
 
 
 _STAT_FIELDS = ("lookups", "hits", "misses", "absent", "admissions", "admit_skipped", "inserts",
@@ -616,7 +618,8 @@ class Optimizer:
 class Cache:
     """emc_cache over a Store. Keyword arguments set emc_cache_config fields: backend
     ("auto", "host", "cuda"), device, capacity_bytes, evict_high, evict_low, key_bits,
-    unified_index_rows, hash_seed, prefetch_depth (defaults: the library's)."""
+    unified_index_rows, hash_seed, prefetch_depth, admission ("inline", "background")
+    (defaults: the library's)."""
 
     def __init__(self, store, **config):
         lib = library()
@@ -630,6 +633,10 @@ class Cache:
                 if v not in _BACKENDS:
                     _fail("emc_cache_create", f"backend {v!r}: use one of {list(_BACKENDS)}")
                 v = _BACKENDS[v]
+            elif k == "admission":
+                if v not in _ADMISSIONS:
+                    _fail("emc_cache_create", f"admission {v!r}: use one of {list(_ADMISSIONS)}")
+                v = _ADMISSIONS[v]
             elif k not in dict(_CacheConfig._fields_) or k == "struct_size":
                 _fail("emc_cache_create", f"unknown configuration field {k!r}")
             setattr(cfg, k, v)

@@ -159,6 +159,34 @@ class T03UniformStoreForms(unittest.TestCase):
         store.close()
 
 
+class T03bBackgroundAdmission(unittest.TestCase):
+    """admission="background": rows right, misses admitted by the cache's thread (counted once
+    flush drained it), so the same lookup then hits; a bad name is refused."""
+
+    def test_background(self):
+        emc.load(LIB)
+        store = emc.Store([emc.Table("a", rows=1000, dim=8), emc.Table("b", rows=500, dim=8)])
+        store.fill_uniform(0, -1.0, 1.0, seed=1)
+        store.fill_uniform(1, -1.0, 1.0, seed=2)
+        with self.assertRaises(emc.EmcError):
+            emc.Cache(store, backend="host", admission="later")
+        with emc.Cache(store, backend="host", capacity_bytes=1 << 20,
+                       admission="background") as cache:
+            self.assertEqual(cache.config["admission"], 1)
+            ids = np.arange(40, dtype=np.uint64) * 3
+            offsets = np.array([0, 20, 40])
+            want = np.concatenate([store.read(0, ids[:20]), store.read(1, ids[20:])])
+            out, where = cache.lookup(ids, offsets, where=True)
+            np.testing.assert_array_equal(out, want)
+            self.assertTrue((where == 1).all())  # every row from the store
+            cache.flush()
+            self.assertEqual(cache.stats()["admissions"] + cache.stats()["admit_skipped"], 40)
+            out, where = cache.lookup(ids, offsets, where=True)
+            np.testing.assert_array_equal(out, want)
+            self.assertTrue((where == 0).all())  # every row from the cache now
+        store.close()
+
+
 class T04BadArrays(unittest.TestCase):
     def setUp(self):
         emc.load(LIB)
