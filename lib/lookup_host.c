@@ -126,18 +126,130 @@ typedef struct pipe_slot {
   uint64_t key, lm1;
   int64_t pos;      /* index position (P_HIT), store row (P_MISS: -1 absent) */
   unsigned char *src, *pg;
+  uint32_t t;       /* table of the position */
   uint32_t e1;      /* re-pack epoch before the probe */
   uint8_t state;
 } pipe_slot;
+
+/* What every stage needs: the call's arguments and its ring. */
+typedef struct pipe {
+  emc_cache *c;
+  emc__host_cache *h;
+  const emc_store *s;
+  const emc__index_view *ix;
+  const uint64_t *ids, *offsets;
+  uint64_t *keys;
+  uint8_t *kind;
+  unsigned char *dst;   /* stage D's next row */
+  uint64_t now;
+  uint32_t ta;          /* stage A's table cursor */
+  uint16_t stamp;
+  pipe_slot ring[PIPE_RING];
+} pipe;
 
 static inline void prefetch_lines(const void *p, uint32_t bytes) {
   const char *a = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
   for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
 }
 
-/* Advance table cursor *t so that position j lies in table *t's segment. */
-static inline void seek_table(const uint64_t *offsets, uint32_t *t, uint64_t j) {
-  while (offsets[*t + 1] <= j) (*t)++;
+/* A: the key of position k, its table; prefetch its home bucket */
+static inline __attribute__((always_inline)) void stage_a(pipe *P, uint64_t k) {
+  pipe_slot *p = &P->ring[k % PIPE_RING];
+  const emc__index_view *ix = P->ix;
+  uint64_t b;
+  while (P->offsets[P->ta + 1] <= k) P->ta++;
+  p->t = P->ta;
+  p->key = P->keys[k] = emc__global_key(&P->c->codec.tables[P->ta], P->ids[k], P->c->codec.hash_seed);
+  b = emc__home_bucket(p->key, ix->n_buckets) * EMC__BUCKET;
+  __builtin_prefetch(ix->key_bits == 32 ? (const void *)((const uint32_t *)ix->keys + b)
+                                        : (const void *)((const uint64_t *)ix->keys + b));
+}
+
+/* B: epoch, probe; prefetch the entry word and stamp (a miss: the store map's slot) */
+static inline __attribute__((always_inline)) void stage_b(pipe *P, uint64_t k) {
+  pipe_slot *p = &P->ring[k % PIPE_RING];
+  const emc__index_view *ix = P->ix;
+  p->e1 = EMC_LD_ACQUIRE(ix->epoch);
+  p->pos = emc__hix_find(ix, p->key);
+  EMC__TP(EMC__TP_READ, "read: probed");
+  if (p->pos >= 0) {
+    p->state = P_HIT;
+    __builtin_prefetch(&ix->lm[p->pos], 0, 3);
+    __builtin_prefetch(&ix->stamps[p->pos], 1, 3);
+  } else {
+    const emc__table *t = &P->s->tables[p->t];
+    p->state = P_MISS;
+    if (t->kind == EMC_TABLE_HASHED) {
+      uint64_t m = emc__map_home(P->ids[k], t->map_cap);
+      __builtin_prefetch(&t->map_rowp1[m], 0, 3);
+      __builtin_prefetch(&t->map_ids[m], 0, 3);
+    }
+  }
+}
+
+/* C: the entry word lm1; prefetch the row it names (a miss: find the store row, prefetch it) */
+static inline __attribute__((always_inline)) void stage_c(pipe *P, uint64_t k) {
+  pipe_slot *p = &P->ring[k % PIPE_RING];
+  emc__host_cache *h = P->h;
+  const emc__table *t = &P->s->tables[p->t];
+  if (p->state == P_HIT) {
+    uint32_t loc;
+    p->lm1 = emc__ix_lm(P->ix, (uint64_t)p->pos);
+    EMC__TP(EMC__TP_READ, "read: entry loaded");
+    loc = emc__lm_loc(p->lm1);
+    if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) ||
+        !(p->src = emc__slot_addr(h, p->t, loc, &p->pg))) {
+      p->state = P_SLOW;
+    } else {
+      prefetch_lines(p->src, t->row_bytes);
+      if (h->layout[p->t].off_owner)
+        __builtin_prefetch(emc__slot_owner(p->pg, &h->layout[p->t], loc % h->max_slots), 0, 3);
+    }
+  } else { /* P_MISS: the store row */
+    int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)P->ids[k] : emc__store_find(t, P->ids[k]);
+    p->pos = row;
+    if (row >= 0) {
+      prefetch_lines(emc__store_row(t, (uint64_t)row), t->row_bytes);
+      __builtin_prefetch(&P->s->stripes[emc__store_stripe(p->t, (uint64_t)row)], 0, 3);
+    }
+  }
+}
+
+/* D: acquire fence; copy and validate (a miss: epoch again, store read); else read_row */
+static inline __attribute__((always_inline)) void stage_d(pipe *P, uint64_t k) {
+  pipe_slot *p = &P->ring[k % PIPE_RING];
+  emc__host_cache *h = P->h;
+  const emc__index_view *ix = P->ix;
+  const emc__table *t = &P->s->tables[p->t];
+  uint8_t r = 0xff;
+  EMC_FENCE_ACQUIRE();
+  if (p->state == P_HIT) {
+    const emc__page_layout *L = &h->layout[p->t];
+    uint64_t owner = P->ids[k];
+    if (L->off_owner)
+      owner = EMC_LD_RELAXED(emc__slot_owner(p->pg, L, emc__lm_loc(p->lm1) % h->max_slots));
+    emc__row_load(P->dst, p->src, t->row_bytes);
+    EMC__TP(EMC__TP_READ, "read: row copied");
+    if (owner == P->ids[k] && emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
+      if (EMC_LD_RELAXED(&ix->stamps[p->pos]) != P->stamp)
+        EMC_ST_RELAXED(&ix->stamps[p->pos], P->stamp);
+      r = EMC__R_HIT;
+    }
+  } else if (p->state == P_MISS && !(p->e1 & 1u) && EMC_LD_RELAXED(ix->epoch) == p->e1) {
+    if (p->pos < 0) {
+      memset(P->dst, 0, t->row_bytes);
+      r = EMC__R_ABSENT;
+    } else {
+      emc__store_row_read(P->s, p->t, (uint64_t)p->pos, P->dst);
+      r = EMC__R_STORE | EMC__R_ADMIT;
+    }
+  }
+  if (r == 0xff) { /* start over */
+    EMC__TP(EMC__TP_READ, "read: the pipeline hands the position to read_row");
+    r = read_row(P->c, p->t, P->ids[k], p->key, P->dst, P->now);
+  }
+  P->kind[k] = r;
+  P->dst += t->row_bytes;
 }
 
 /* The batched read of positions [0, total): rows into out, kinds into kind[] (keys[] gets
@@ -145,113 +257,32 @@ static inline void seek_table(const uint64_t *offsets, uint32_t *t, uint64_t j) 
 static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                            uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
                            uint64_t now) {
-  emc__host_cache *h = c->host;
-  const emc_store *s = c->store;
-  const emc__index_view *ix = &h->ix;
-  pipe_slot ring[PIPE_RING];
-  uint32_t ta = 0, tb = 0, tc = 0, td = 0;
+  pipe P;
   uint64_t j;
-  unsigned char *dst = out;
-  const uint16_t stamp = emc__stamp_of(now);
+  P.c = c;
+  P.h = c->host;
+  P.s = c->store;
+  P.ix = &c->host->ix;
+  P.ids = ids;
+  P.offsets = offsets;
+  P.keys = keys;
+  P.kind = kind;
+  P.dst = out;
+  P.now = now;
+  P.ta = 0;
+  P.stamp = emc__stamp_of(now);
   for (j = 0; j < total + 3 * PIPE_D; j++) {
-    /* ---- A: key, home bucket */
-    if (j < total) {
-      uint64_t b;
-      seek_table(offsets, &ta, j);
-      keys[j] = emc__global_key(&c->codec.tables[ta], ids[j], c->codec.hash_seed);
-      ring[j % PIPE_RING].key = keys[j];
-      b = emc__home_bucket(keys[j], ix->n_buckets) * EMC__BUCKET;
-      __builtin_prefetch(ix->key_bits == 32 ? (const void *)((const uint32_t *)ix->keys + b)
-                                            : (const void *)((const uint64_t *)ix->keys + b));
+    if (j >= 3 * PIPE_D && j < total) { /* the steady state: every stage has a position */
+      stage_a(&P, j);
+      stage_b(&P, j - PIPE_D);
+      stage_c(&P, j - 2 * PIPE_D);
+      stage_d(&P, j - 3 * PIPE_D);
+      continue;
     }
-    /* ---- B: probe */
-    if (j >= PIPE_D && j - PIPE_D < total) {
-      uint64_t k = j - PIPE_D;
-      pipe_slot *p = &ring[k % PIPE_RING];
-      seek_table(offsets, &tb, k);
-      p->e1 = EMC_LD_ACQUIRE(ix->epoch);
-      p->pos = emc__hix_find(ix, p->key);
-      EMC__TP(EMC__TP_READ, "read: probed");
-      if (p->pos >= 0) {
-        p->state = P_HIT;
-        __builtin_prefetch(&ix->lm[p->pos], 0, 3);
-        __builtin_prefetch(&ix->stamps[p->pos], 1, 3);
-      } else {
-        const emc__table *t = &s->tables[tb];
-        p->state = P_MISS;
-        if (t->kind == EMC_TABLE_HASHED) {
-          uint64_t m = emc__map_home(ids[k], t->map_cap);
-          __builtin_prefetch(&t->map_rowp1[m], 0, 3);
-          __builtin_prefetch(&t->map_ids[m], 0, 3);
-        }
-      }
-    }
-    /* ---- C: entry word, row prefetch */
-    if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) {
-      uint64_t k = j - 2 * PIPE_D;
-      pipe_slot *p = &ring[k % PIPE_RING];
-      const emc__table *t;
-      seek_table(offsets, &tc, k);
-      t = &s->tables[tc];
-      if (p->state == P_HIT) {
-        uint32_t loc;
-        p->lm1 = emc__ix_lm(ix, (uint64_t)p->pos);
-        EMC__TP(EMC__TP_READ, "read: entry loaded");
-        loc = emc__lm_loc(p->lm1);
-        if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) ||
-            !(p->src = emc__slot_addr(h, tc, loc, &p->pg))) {
-          p->state = P_SLOW;
-        } else {
-          prefetch_lines(p->src, t->row_bytes);
-          if (h->layout[tc].off_owner)
-            __builtin_prefetch(emc__slot_owner(p->pg, &h->layout[tc], loc % h->max_slots), 0, 3);
-        }
-      } else { /* P_MISS: the store row */
-        int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)ids[k] : emc__store_find(t, ids[k]);
-        p->pos = row;
-        if (row >= 0) {
-          prefetch_lines(emc__store_row(t, (uint64_t)row), t->row_bytes);
-          __builtin_prefetch(&s->stripes[emc__store_stripe(tc, (uint64_t)row)], 0, 3);
-        }
-      }
-    }
-    /* ---- D: copy and validate */
-    if (j >= 3 * PIPE_D) {
-      uint64_t k = j - 3 * PIPE_D;
-      pipe_slot *p = &ring[k % PIPE_RING];
-      const emc__table *t;
-      uint8_t r = 0xff;
-      seek_table(offsets, &td, k);
-      t = &s->tables[td];
-      EMC_FENCE_ACQUIRE();
-      if (p->state == P_HIT) {
-        const emc__page_layout *L = &h->layout[td];
-        uint64_t owner = ids[k];
-        if (L->off_owner)
-          owner = EMC_LD_RELAXED(emc__slot_owner(p->pg, L, emc__lm_loc(p->lm1) % h->max_slots));
-        emc__row_load(dst, p->src, t->row_bytes);
-        EMC__TP(EMC__TP_READ, "read: row copied");
-        if (owner == ids[k] && emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
-          if (EMC_LD_RELAXED(&ix->stamps[p->pos]) != stamp)
-            EMC_ST_RELAXED(&ix->stamps[p->pos], stamp);
-          r = EMC__R_HIT;
-        }
-      } else if (p->state == P_MISS && !(p->e1 & 1u) && EMC_LD_RELAXED(ix->epoch) == p->e1) {
-        if (p->pos < 0) {
-          memset(dst, 0, t->row_bytes);
-          r = EMC__R_ABSENT;
-        } else {
-          emc__store_row_read(s, td, (uint64_t)p->pos, dst);
-          r = EMC__R_STORE | EMC__R_ADMIT;
-        }
-      }
-      if (r == 0xff) { /* start over */
-        EMC__TP(EMC__TP_READ, "read: the pipeline hands the position to read_row");
-        r = read_row(c, td, ids[k], p->key, dst, now);
-      }
-      kind[k] = r;
-      dst += t->row_bytes;
-    }
+    if (j < total) stage_a(&P, j);
+    if (j >= PIPE_D && j - PIPE_D < total) stage_b(&P, j - PIPE_D);
+    if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) stage_c(&P, j - 2 * PIPE_D);
+    if (j >= 3 * PIPE_D) stage_d(&P, j - 3 * PIPE_D);
   }
 }
 
