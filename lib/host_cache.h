@@ -18,6 +18,9 @@
 #define EMC_HOST_CACHE_H
 
 #include <semaphore.h>
+#if defined(__x86_64__)
+#include <emmintrin.h> /* SSE2: the x86-64 baseline */
+#endif
 
 #include "internal.h"
 
@@ -130,38 +133,46 @@ static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
   return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
 }
 
-/* Probe for key: emc__index_find's answer, with each bucket's keys read by vector loads
- * where the build allows (emc_item.h, "host vector reads"). */
+/* Match and EMPTY masks of the bucket of keys at p (bit s: slot s), from vector loads. */
+#if EMC__HOST_VEC && defined(__x86_64__)
+static inline void emc__hix_masks(const emc__index_view *ix, uint64_t b, uint64_t key,
+                                  uint32_t *match, uint32_t *emp) {
+  uint32_t m = 0, e = 0;
+  unsigned v;
+  if (ix->key_bits == 32) { /* 8 keys: two vectors of four */
+    const uint32_t *p = (const uint32_t *)ix->keys + b * EMC__BUCKET;
+    const __m128i kk = _mm_set1_epi32((int)(uint32_t)key), ee = _mm_set1_epi32(-1);
+    for (v = 0; v < 2; v++) {
+      __m128i x = (__m128i)emc__v16_load(p + 4 * v);
+      m |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, kk))) << (4 * v);
+      e |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, ee))) << (4 * v);
+    }
+  } else { /* 8 keys: four vectors of two; a 64-bit lane matches when both halves do */
+    const uint64_t *p = (const uint64_t *)ix->keys + b * EMC__BUCKET;
+    const __m128i kk = _mm_set1_epi64x((long long)key), ee = _mm_set1_epi32(-1);
+    for (v = 0; v < 4; v++) {
+      __m128i x = (__m128i)emc__v16_load(p + 2 * v), c = _mm_cmpeq_epi32(x, kk),
+              d = _mm_cmpeq_epi32(x, ee);
+      c = _mm_and_si128(c, _mm_shuffle_epi32(c, _MM_SHUFFLE(2, 3, 0, 1)));
+      d = _mm_and_si128(d, _mm_shuffle_epi32(d, _MM_SHUFFLE(2, 3, 0, 1)));
+      m |= (uint32_t)_mm_movemask_pd(_mm_castsi128_pd(c)) << (2 * v);
+      e |= (uint32_t)_mm_movemask_pd(_mm_castsi128_pd(d)) << (2 * v);
+    }
+  }
+  *match = m;
+  *emp = e;
+}
+#endif
+
+/* Probe for key: emc__index_find's answer (tests hold them equal), each bucket's keys read by
+ * vector loads and matched by vector compares where the build allows (SSE2 on x86-64:
+ * emc_item.h, "host vector reads"); elsewhere emc__index_find itself. */
 static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
-#if EMC__HOST_VEC
+#if EMC__HOST_VEC && defined(__x86_64__)
   uint64_t b = emc__home_bucket(key, ix->n_buckets), n;
   for (n = 0; n < ix->n_buckets; n++) {
-    uint32_t m = 0, e = 0;
-    unsigned s;
-    if (ix->key_bits == 32) {
-      uint32_t k[EMC__BUCKET];
-      const uint32_t *p = (const uint32_t *)ix->keys + b * EMC__BUCKET;
-      emc__v16 v0 = emc__v16_load(p), v1 = emc__v16_load(p + 4);
-      memcpy(k, &v0, 16);
-      memcpy(k + 4, &v1, 16);
-      for (s = 0; s < EMC__BUCKET; s++) {
-        m |= (uint32_t)(k[s] == (uint32_t)key) << s;
-        e |= (uint32_t)(k[s] == 0xffffffffu) << s;
-      }
-    } else {
-      uint64_t k[EMC__BUCKET];
-      const uint64_t *p = (const uint64_t *)ix->keys + b * EMC__BUCKET;
-      emc__v16 v0 = emc__v16_load(p), v1 = emc__v16_load(p + 2), v2 = emc__v16_load(p + 4),
-               v3 = emc__v16_load(p + 6);
-      memcpy(k, &v0, 16);
-      memcpy(k + 2, &v1, 16);
-      memcpy(k + 4, &v2, 16);
-      memcpy(k + 6, &v3, 16);
-      for (s = 0; s < EMC__BUCKET; s++) {
-        m |= (uint32_t)(k[s] == key) << s;
-        e |= (uint32_t)(k[s] == ~0ull) << s;
-      }
-    }
+    uint32_t m, e;
+    emc__hix_masks(ix, b, key, &m, &e);
     if (m) return (int64_t)(b * EMC__BUCKET + (uint64_t)__builtin_ctz(m));
     if (e) return -1;
     if (++b == ix->n_buckets) b = 0;

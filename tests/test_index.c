@@ -4,7 +4,7 @@
  *
  *   probe      emc__index_find (the reference, slot by slot) and emc__index_find_masks (the
  *              cooperative probe's twin: a bucket judged from its match / EMPTY ballots by
- *              emc__probe_step) agree with a plain set of the keys inserted, at loads up to
+ *              emc__probe_step) and the host's vector probe emc__hix_find agree with a plain set of the keys inserted, at loads up to
  *              full, with tombstones, with many keys of one home bucket, across the wrap
  *              round the end of the index, for 32- and 64-bit keys
  *   repack     after emc__index_repack of every cluster: every key still found, no tombstone
@@ -114,9 +114,11 @@ static void tix_check(const tix *x, const char *what) {
   uint64_t i;
   for (i = 0; i < x->n_present; i++) {
     uint64_t k = x->present[i];
-    int64_t a = emc__index_find(&x->v, k), b = emc__index_find_masks(&x->v, k);
-    ck_assert_msg(a >= 0 && a == b, "%s: key %llx: reference %lld, masks %lld", what,
-                  (unsigned long long)k, (long long)a, (long long)b);
+    int64_t a = emc__index_find(&x->v, k), b = emc__index_find_masks(&x->v, k),
+            c = emc__hix_find(&x->v, k);
+    ck_assert_msg(a >= 0 && a == b && a == c, "%s: key %llx: reference %lld, masks %lld, host "
+                  "vector probe %lld", what, (unsigned long long)k, (long long)a, (long long)b,
+                  (long long)c);
     ck_assert_msg(emc__ix_key(&x->v, (uint64_t)a) == k, "%s: slot %lld does not hold the key", what,
                   (long long)a);
     ck_assert_msg(x->v.lm[a] == emc__lm_make((uint32_t)(k & EMC__LOC_MAX), (uint32_t)(k >> 20) & ~EMC__META_FLAGS) &&
@@ -129,8 +131,10 @@ static void tix_check(const tix *x, const char *what) {
     if (model_find(x, k) >= 0) continue;
     a = emc__index_find(&x->v, k);
     b = emc__index_find_masks(&x->v, k);
-    ck_assert_msg(a == -1 && b == -1, "%s: absent key %llx found at %lld / %lld", what,
-                  (unsigned long long)k, (long long)a, (long long)b);
+    ck_assert_msg(a == -1 && b == -1 && emc__hix_find(&x->v, k) == -1,
+                  "%s: absent key %llx found at %lld / %lld / %lld", what,
+                  (unsigned long long)k, (long long)a, (long long)b,
+                  (long long)emc__hix_find(&x->v, k));
   }
 }
 
