@@ -322,6 +322,10 @@ typedef struct emc_cache_config {
   uint32_t admission;          /* host backend: when a lookup's misses are admitted
                                   (emc_admission); default EMC_ADMISSION_INLINE. The CUDA
                                   backend always admits on its writer stream and accepts both. */
+  uint64_t reserved_;          /* 0 (emc_cache_config_init). It makes the struct longer than the
+                                  version before `admission`, whose tail padding lay where
+                                  `admission` is now: a struct_size of that version gets the
+                                  default admission whatever those bytes hold. */
 } emc_cache_config;
 
 /* When the host backend admits a lookup's misses (emc_cache_config.admission).
@@ -334,15 +338,18 @@ typedef struct emc_cache_config {
  *                             same checks (each row read from the store under the writer lock,
  *                             so it is current; a row cached meanwhile is left as it is). The
  *                             next lookup of a missed row may still miss (as on the CUDA
- *                             backend). Up to EMC_ADMISSION_QUEUE_ROWS misses wait at once;
- *                             beyond that they are not admitted (admit_skipped). emc_flush
- *                             first waits until every recorded miss is admitted or skipped,
- *                             so stats read after it add up. Needs a free core to pay off. */
+ *                             backend). Up to EMC_ADMISSION_QUEUE_ROWS misses (or as many
+ *                             rows as the cache holds, if fewer, but 65536 at least) wait at
+ *                             once; beyond that they are not admitted (admit_skipped).
+ *                             emc_flush first waits until the misses of every lookup that
+ *                             returned before it are admitted or skipped (not for lookups
+ *                             running meanwhile), so stats read after it count them. The
+ *                             thread is named "emc-admit". Needs a free core to pay off. */
 typedef enum emc_admission {
   EMC_ADMISSION_INLINE = 0,
   EMC_ADMISSION_BACKGROUND = 1
 } emc_admission;
-#define EMC_ADMISSION_QUEUE_ROWS 1048576u
+#define EMC_ADMISSION_QUEUE_ROWS 262144u
 
 /* Fill *cfg with the defaults above and set struct_size. NULL is ignored. */
 EMC_API void emc_cache_config_init(emc_cache_config *cfg);
@@ -457,7 +464,8 @@ typedef struct emc_stats {
   uint64_t misses;         /* positions served from the store */
   uint64_t absent;         /* positions whose hashed id was absent (zero row); not in misses */
   uint64_t admissions;     /* rows copied into the cache after a miss */
-  uint64_t admit_skipped;  /* misses not admitted (writer lock busy, no room, pool full) */
+  uint64_t admit_skipped;  /* misses not admitted (writer lock busy, no room, pool full,
+                              the background admission queue full) */
   uint64_t inserts;        /* rows written by emc_insert */
   uint64_t evictions;      /* rows evicted */
   uint64_t writebacks;     /* dirty rows written back to the store */

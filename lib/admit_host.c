@@ -13,9 +13,12 @@
  *               lock-free list (one CAS) and returns; the cache's admission thread takes the
  *               whole list, restores the lookups' order and admits batch after batch under
  *               the writer lock (a blocking lock: the thread may wait for writers, lookups
- *               never do). At most EMC_ADMISSION_QUEUE_ROWS rows wait at once; a lookup whose
+ *               never do). At most EMC_ADMISSION_QUEUE_ROWS rows (or as many as the cache
+ *               holds, if fewer, but 65536 at least) wait at once; a lookup whose
  *               misses would pass that, or whose batch cannot be allocated, skips them
- *               (admit_skipped). emc_flush waits for the queue to drain (emc__admission_drain).
+ *               (admit_skipped). emc_flush waits until the batches of the lookups that
+ *               returned before it are admitted (emc__admission_drain: a barrier in the
+ *               list), not for later ones.
  *               The thread is named "emc-admit"; emc_cache_destroy joins it.
  * Either way every guarantee of a lookup holds: the rows it returned were read before any of
  * this, `where` and the hit/miss counts describe those reads, and admissions and skips are
@@ -25,7 +28,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "host_cache.h"
 
@@ -85,6 +87,8 @@ static void admit_records(emc_cache *c, uint64_t n, const uint32_t *table, const
     /* a pass ages entries against the newest clock (later lookups may have stamped rows
      * since this one's `now`); the admitted row keeps its own access time, `now` */
     uint64_t newest = __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED);
+    /* a miss queued long ago is stamped no older than the clamp (its age must not wrap) */
+    uint64_t at = newest > EMC__AGE_CLAMP && now < newest - EMC__AGE_CLAMP ? newest - EMC__AGE_CLAMP : now;
     const emc__table *tb = &s->tables[table[i]];
     int64_t pos, srow;
     int collision;
@@ -105,7 +109,7 @@ static void admit_records(emc_cache *c, uint64_t n, const uint32_t *table, const
     if (srow < 0) continue;
     /* the current store row and its state: store rows change only under this lock */
     emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
-    if (emc__admit_row(c, table[i], id[i], key[i], pos, row, 0, now)) (*admitted)++;
+    if (emc__admit_row(c, table[i], id[i], key[i], pos, row, 0, at)) (*admitted)++;
     else (*skipped)++;
   }
 }
@@ -122,6 +126,7 @@ static emc__admit_batch *batch_of(const emc_cache *c, const uint64_t *ids, const
   bytes = sizeof *b + (size_t)n * 20u; /* id, key, table */
   if (!(b = emc__malloc(bytes))) return NULL;
   b->next = NULL;
+  b->barrier = 0;
   b->n = n;
   b->now = now;
   b->id = (uint64_t *)(b + 1);
@@ -169,13 +174,55 @@ static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offs
 }
 
 /* ================================================================= background */
+#define EMC__ADMISSION_QUEUE_MIN 65536u
+/* The writer-side work of a round: the batches of `fifo`, in order, under the writer lock.
+ * A drain's barrier (n == 0, `barrier` set; on the drain's stack) ends a stretch: the lock is
+ * let go, the counts so far published, the barrier marked done (the drain may return and its
+ * node vanish, so its `next` was read first) and the lock taken again. Batches are freed as
+ * they are done. */
+static void admit_round(emc_cache *c, emc__admit_batch *fifo, unsigned char *row) {
+  emc__host_cache *h = c->host;
+  uint64_t done = 0, admitted = 0, skipped = 0, newest;
+  pthread_mutex_lock(&h->lock);
+  /* lookups age stamps only when the lock is free (trylock), and this thread may hold it
+   * most of the time: age here too (emc_item.h, "LRU stamps") */
+  newest = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
+  if ((int64_t)(newest - h->aged_at) >= (int64_t)(EMC__AGE_CLAMP / 2)) emc__age_stamps(c, newest);
+  while (fifo) {
+    emc__admit_batch *b = fifo;
+    int barrier = b->barrier;
+    fifo = b->next;
+    if (!barrier) {
+      if (row) admit_records(c, b->n, b->table, b->id, b->key, b->now, row, &admitted, &skipped);
+      else skipped += b->n; /* no row buffer: out of memory */
+      done += b->n;
+      free(b);
+      if (fifo) continue;
+    }
+    /* a barrier, or the end of the round: publish */
+    emc__hix_maintain(c, 0);
+    if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
+    pthread_mutex_unlock(&h->lock);
+    EMC__CNT_ADD(h->n_admissions, admitted);
+    EMC__CNT_ADD(h->n_admit_skipped, skipped);
+    __atomic_fetch_sub(&h->adm_pending, done, __ATOMIC_RELEASE);
+    admitted = skipped = done = 0;
+    if (barrier) {
+      pthread_mutex_lock(&h->adm_mu);
+      b->barrier = 2; /* done: the drain owns the node again (and may free its frame) */
+      pthread_cond_broadcast(&h->adm_cv);
+      pthread_mutex_unlock(&h->adm_mu);
+    }
+    if (fifo) pthread_mutex_lock(&h->lock);
+  }
+}
+
 static void *admission_main(void *arg) {
   emc_cache *c = arg;
   emc__host_cache *h = c->host;
   unsigned char *row = NULL;
   for (;;) {
     emc__admit_batch *list, *fifo = NULL;
-    uint64_t done = 0, admitted = 0, skipped = 0;
     int stop;
     while (sem_wait(&h->adm_sem) != 0 && errno == EINTR) {
     }
@@ -191,29 +238,7 @@ static void *admission_main(void *arg) {
       list = next;
     }
     if (!row) row = emc__malloc(h->max_stride);
-    if (fifo) {
-      pthread_mutex_lock(&h->lock);
-      for (list = fifo; list; list = list->next) {
-        if (row) admit_records(c, list->n, list->table, list->id, list->key, list->now, row,
-                               &admitted, &skipped);
-        else skipped += list->n; /* no row buffer: out of memory */
-        done += list->n;
-      }
-      emc__hix_maintain(c, 0);
-      if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
-      pthread_mutex_unlock(&h->lock);
-    }
-    while (fifo) {
-      emc__admit_batch *next = fifo->next;
-      free(fifo);
-      fifo = next;
-    }
-    EMC__CNT_ADD(h->n_admissions, admitted);
-    EMC__CNT_ADD(h->n_admit_skipped, skipped);
-    pthread_mutex_lock(&h->adm_mu);
-    __atomic_fetch_sub(&h->adm_pending, done, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&h->adm_cv);
-    pthread_mutex_unlock(&h->adm_mu);
+    if (fifo) admit_round(c, fifo, row);
   }
   free(row);
   return NULL;
@@ -254,7 +279,7 @@ void emc__admission_stop(emc__host_cache *h) {
   list = __atomic_exchange_n(&h->adm_head, NULL, __ATOMIC_ACQUIRE);
   while (list) { /* queued clean rows: dropping them loses nothing */
     emc__admit_batch *next = list->next;
-    free(list);
+    if (!list->barrier) free(list); /* a barrier is a drain's (a flush racing destroy) */
     list = next;
   }
   if (h->adm_sync_ok) {
@@ -265,22 +290,28 @@ void emc__admission_stop(emc__host_cache *h) {
   }
 }
 
+/* A drain pushes a barrier onto the list like a lookup's batch: every batch of a lookup that
+ * returned before the drain lies before it, and the thread marks it done once those are
+ * admitted (admit_round). Lookups that keep running meanwhile push after it, so they cannot
+ * hold the drain back. */
+static void push(emc__host_cache *h, emc__admit_batch *b) {
+  emc__admit_batch *old = __atomic_load_n(&h->adm_head, __ATOMIC_RELAXED);
+  do b->next = old;
+  while (!__atomic_compare_exchange_n(&h->adm_head, &old, b, 1, __ATOMIC_RELEASE,
+                                      __ATOMIC_RELAXED));
+  if (!old) sem_post(&h->adm_sem); /* the list was empty: the thread may be asleep */
+}
+
 void emc__admission_drain(emc_cache *c) {
   emc__host_cache *h = c->host;
+  emc__admit_batch barrier;
   if (!h->adm_bg) return;
+  memset(&barrier, 0, sizeof barrier);
+  barrier.barrier = 1;
+  push(h, &barrier);
   pthread_mutex_lock(&h->adm_mu);
-  while (__atomic_load_n(&h->adm_pending, __ATOMIC_ACQUIRE) != 0) {
-    /* woken by the thread after each round; a timeout covers a lookup that undid its
-     * reservation (lookups take no lock, so they cannot signal) */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 5000000;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
-    pthread_cond_timedwait(&h->adm_cv, &h->adm_mu, &ts);
-  }
+  while (barrier.barrier != 2)
+    pthread_cond_wait(&h->adm_cv, &h->adm_mu);
   pthread_mutex_unlock(&h->adm_mu);
 }
 
@@ -288,20 +319,24 @@ static void admit_background(emc_cache *c, const uint64_t *ids, const uint64_t *
                              const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
                              uint64_t now) {
   emc__host_cache *h = c->host;
-  emc__admit_batch *b, *old;
-  uint64_t was = __atomic_fetch_add(&h->adm_pending, to_admit, __ATOMIC_RELAXED);
-  if (was + to_admit > EMC_ADMISSION_QUEUE_ROWS ||
-      !(b = batch_of(c, ids, offsets, keys, kind, to_admit, now))) {
+  emc__admit_batch *b;
+  /* far more waiting misses than the cache holds would only evict one another */
+  uint64_t limit = h->max_rows < EMC__ADMISSION_QUEUE_MIN ? EMC__ADMISSION_QUEUE_MIN
+                   : h->max_rows < EMC_ADMISSION_QUEUE_ROWS ? h->max_rows : EMC_ADMISSION_QUEUE_ROWS;
+  uint64_t was = __atomic_load_n(&h->adm_pending, __ATOMIC_RELAXED);
+  do { /* reserve room in the queue, or skip: no lock, and a refused lookup takes nothing */
+    if (to_admit > limit - was) {
+      EMC__CNT_ADD(h->n_admit_skipped, to_admit);
+      return;
+    }
+  } while (!__atomic_compare_exchange_n(&h->adm_pending, &was, was + to_admit, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  if (!(b = batch_of(c, ids, offsets, keys, kind, to_admit, now))) {
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
-    /* undo the reservation (no lock here: a drain re-checks the count every few ms) */
-    __atomic_fetch_sub(&h->adm_pending, to_admit, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&h->adm_pending, to_admit, __ATOMIC_RELAXED); /* undo the reservation */
     return;
   }
-  old = __atomic_load_n(&h->adm_head, __ATOMIC_RELAXED);
-  do b->next = old;
-  while (!__atomic_compare_exchange_n(&h->adm_head, &old, b, 1, __ATOMIC_RELEASE,
-                                      __ATOMIC_RELAXED));
-  if (!old) sem_post(&h->adm_sem); /* the list was empty: the thread may be asleep */
+  push(h, b);
 }
 
 void emc__host_admit(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, uint64_t *keys,

@@ -120,6 +120,10 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
                       "cfg->struct_size = %zu; call emc_cache_config_init (expects %zu..%zu)",
                       user_cfg->struct_size, (size_t)EMC__CFG_MIN_SIZE, sizeof cfg);
     memcpy(&cfg, user_cfg, user_cfg->struct_size);
+    /* the version before `admission` ended with prefetch_depth and 4 bytes of tail padding
+     * where admission now lies: fields are taken only from a struct that includes them */
+    if (user_cfg->struct_size <= offsetof(emc_cache_config, reserved_))
+      cfg.admission = EMC_ADMISSION_INLINE;
     cfg.struct_size = sizeof cfg;
   }
   if (!(cfg.evict_low > 0.0f && cfg.evict_low < cfg.evict_high && cfg.evict_high <= 1.0f))

@@ -743,9 +743,11 @@ EMC_HD void emc__bitmap_fill(uint64_t *words, uint32_t n_words, uint32_t n_slots
  * A stamp may also lie ahead of the pass's `now`: a lookup that began after the writer read
  * the clock (another thread's, or the next call while the admission thread or the device's
  * writer stream works on an older call) stamps the rows it hits with its own, later clock.
- * Such a row was just used: a stamp up to EMC__STAMP_AHEAD ticks ahead counts as age 0 (as
+ * Such a row was just used: a stamp less than EMC__STAMP_AHEAD ticks ahead counts as age 0 (as
  * (now - stamp) mod 2^16 it would be about 2^16, the oldest of all, and the pass would evict
- * the hottest rows first). True ages stay far below 2^16 - EMC__STAMP_AHEAD (the clamp). */
+ * the hottest rows first). True ages stay far below 2^16 - EMC__STAMP_AHEAD (the clamp), and
+ * host writers age against the newest clock (evict.c), so a stamp is never further ahead
+ * than the lookups running at one time. */
 #define EMC__AGE_CLAMP 32768u
 #define EMC__STAMP_AHEAD 4096u
 EMC_HD uint16_t emc__stamp_of(uint64_t clock) { return (uint16_t)clock; }

@@ -59,9 +59,19 @@ static uint32_t entry_age(emc__host_cache *h, uint64_t pos, uint64_t now) {
   return age;
 }
 
+/* The clock a writer ages entries against: its call's, or a later one. A writer reads its
+ * clock before it waits for the lock, and lookups that run meanwhile stamp rows with later
+ * clocks; aged against the older clock those stamps would lie more than EMC__STAMP_AHEAD
+ * ahead and wrap to the oldest (emc_item.h, "LRU stamps"). */
+static uint64_t newest_clock(const emc__host_cache *h, uint64_t now) {
+  uint64_t c = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
+  return c > now ? c : now;
+}
+
 void emc__age_stamps(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
+  now = newest_clock(h, now);
   for (i = 0; i < h->ix_slots; i++) {
     uint64_t k = emc__ix_key(&h->ix, i);
     if (k != empty && k != tomb) (void)entry_age(h, i, now);
@@ -217,6 +227,6 @@ static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
 int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now) {
   emc__host_cache *h = c->host;
   if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride > h->high_bytes)
-    evict_pass(c, stride, now);
+    evict_pass(c, stride, newest_clock(h, now));
   return __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) + stride <= h->high_bytes;
 }

@@ -37,6 +37,7 @@ typedef struct emc__admit_batch {
   uint64_t n, now;     /* records; the lookup's clock */
   uint64_t *id, *key;  /* n each */
   uint32_t *table;     /* n */
+  int barrier;         /* a drain's barrier (n == 0): 1 queued, 2 reached (under adm_mu) */
 } emc__admit_batch;
 
 /* The global keys one prefetch call pinned (each key once). */
@@ -100,11 +101,11 @@ struct emc__host_cache {
   /* background admission (admit_host.c; EMC_ADMISSION_BACKGROUND) */
   int adm_bg;                 /* the thread runs */
   pthread_t adm_thread;
-  pthread_mutex_t adm_mu;     /* guards adm_cv's predicate (adm_pending reaching 0), adm_work */
-  pthread_cond_t adm_cv;      /* broadcast when batches were processed (drain waits on it) */
+  pthread_mutex_t adm_mu;     /* guards adm_stop and barriers' state */
+  pthread_cond_t adm_cv;      /* broadcast when a barrier is reached (a drain waits on it) */
   sem_t adm_sem;              /* posted by a push onto an empty list, and by stop */
   emc__admit_batch *adm_head; /* lookups push here (lock-free LIFO; the thread takes it all) */
-  uint64_t adm_pending;       /* rows pushed and not yet processed (atomic) */
+  uint64_t adm_pending;       /* rows pushed and not yet processed (atomic): the queue bound */
   int adm_stop;               /* under adm_mu */
   int adm_sync_ok;            /* adm_mu, adm_cv and adm_sem initialised */
 };
@@ -188,7 +189,8 @@ static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
  * Stop drops what is still queued (clean rows: nothing is lost). */
 EMC_INTERNAL emc_status emc__admission_start(emc_cache *c);
 EMC_INTERNAL void emc__admission_stop(emc__host_cache *h);
-/* Wait until every miss handed to the thread was admitted or skipped (no-op for INLINE). */
+/* Wait until the misses of every lookup that returned before the call were admitted or skipped
+ * (no-op for INLINE). */
 EMC_INTERNAL void emc__admission_drain(emc_cache *c);
 /* Admit a lookup's misses (positions whose kind carries EMC__R_ADMIT): inline, or handed to
  * the thread. Takes keys and kind (frees them). */

@@ -230,12 +230,16 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, uint64_t k) {
       owner = EMC_LD_RELAXED(emc__slot_owner(p->pg, L, emc__lm_loc(p->lm1) % h->max_slots));
     emc__row_load(P->dst, p->src, t->row_bytes);
     EMC__TP(EMC__TP_READ, "read: row copied");
-    if (owner == P->ids[k] && emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
+    if (!emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
+      EMC__CNT_ADD(h->n_retries, 1); /* counted as read_row counts its own */
+    } else if (owner == P->ids[k]) {
       if (EMC_LD_RELAXED(&ix->stamps[p->pos]) != P->stamp)
         EMC_ST_RELAXED(&ix->stamps[p->pos], P->stamp);
       r = EMC__R_HIT;
     }
-  } else if (p->state == P_MISS && !(p->e1 & 1u) && EMC_LD_RELAXED(ix->epoch) == p->e1) {
+  } else if (p->state == P_MISS && ((p->e1 & 1u) || EMC_LD_RELAXED(ix->epoch) != p->e1)) {
+    EMC__CNT_ADD(h->n_retries, 1);
+  } else if (p->state == P_MISS) {
     if (p->pos < 0) {
       memset(P->dst, 0, t->row_bytes);
       r = EMC__R_ABSENT;
@@ -291,9 +295,11 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
  * finds that many calls passed without a pass or scan does it, if the lock is free. */
 static void maybe_age(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
-  if (now - __atomic_load_n(&h->aged_at, __ATOMIC_RELAXED) < EMC__AGE_CLAMP / 2) return;
+  /* signed: a writer may have aged against a clock later than this call's */
+  if ((int64_t)(now - __atomic_load_n(&h->aged_at, __ATOMIC_RELAXED)) < (int64_t)(EMC__AGE_CLAMP / 2))
+    return;
   if (pthread_mutex_trylock(&h->lock) != 0) return;
-  if (now - h->aged_at >= EMC__AGE_CLAMP / 2) emc__age_stamps(c, now);
+  if ((int64_t)(now - h->aged_at) >= (int64_t)(EMC__AGE_CLAMP / 2)) emc__age_stamps(c, now);
   pthread_mutex_unlock(&h->lock);
 }
 

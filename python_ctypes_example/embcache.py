@@ -109,7 +109,7 @@ class _CacheConfig(ctypes.Structure):
                 ("evict_high", ctypes.c_float), ("evict_low", ctypes.c_float),
                 ("key_bits", ctypes.c_uint32), ("unified_index_rows", ctypes.c_uint64),
                 ("hash_seed", ctypes.c_uint64), ("prefetch_depth", ctypes.c_uint32),
-                ("admission", ctypes.c_uint32)]
+                ("admission", ctypes.c_uint32), ("reserved_", ctypes.c_uint64)]
 
 
 _STAT_FIELDS = ("lookups", "hits", "misses", "absent", "admissions", "admit_skipped", "inserts",
@@ -637,7 +637,7 @@ class Cache:
                 if v not in _ADMISSIONS:
                     _fail("emc_cache_create", f"admission {v!r}: use one of {list(_ADMISSIONS)}")
                 v = _ADMISSIONS[v]
-            elif k not in dict(_CacheConfig._fields_) or k == "struct_size":
+            elif k not in dict(_CacheConfig._fields_) or k in ("struct_size", "reserved_"):
                 _fail("emc_cache_create", f"unknown configuration field {k!r}")
             setattr(cfg, k, v)
         self.store = store

@@ -465,6 +465,90 @@ START_TEST(background_insert_while_queued) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ flush under load
+ * emc_flush waits for the misses of lookups that returned before it, not for the queue to
+ * empty: with two threads looking up cold ids without a pause, every flush returns (before
+ * the fix a drain waited for the queue to empty, which never happened while lookups ran).
+ * Each flush must also leave the stats of the lookups before it complete: no id repeats, so
+ * every miss is admitted or skipped exactly once, and admissions + admit_skipped cover the
+ * misses of the lookups that returned before the flush began. */
+#define LOOKER_IDS 4000000u /* ids of one looker thread: [seed, seed + LOOKER_IDS) */
+typedef struct looker {
+  emc_cache *c;
+  uint64_t seed;
+  int *stop;
+  uint64_t misses_done; /* misses of this thread's lookups that returned (atomic) */
+} looker;
+
+static void *looker_main(void *arg) {
+  looker *l = arg;
+  uint64_t ids[256], off[2] = {0, 256}, x = l->seed;
+  uint8_t where[256];
+  float *out = malloc(256 * 2 * sizeof *out);
+  int i;
+  if (!out) return NULL;
+  while (!__atomic_load_n(l->stop, __ATOMIC_RELAXED)) {
+    uint64_t m = 0;
+    if (x + 256 > l->seed + LOOKER_IDS) { /* this thread's ids are used up: idle */
+      pause_us(1000);
+      continue;
+    }
+    for (i = 0; i < 256; i++) ids[i] = x++; /* never repeated: each miss admitted or skipped once */
+    if (emc_lookup_ex(l->c, ids, off, out, where, NULL) != EMC_OK) break;
+    for (i = 0; i < 256; i++) m += where[i] == EMC_WHERE_STORE;
+    __atomic_fetch_add(&l->misses_done, m, __ATOMIC_SEQ_CST);
+  }
+  free(out);
+  return NULL;
+}
+
+START_TEST(background_flush_under_load) {
+  emc_table_desc d = {"d", EMC_TABLE_DENSE, 2 * LOOKER_IDS, 2, EMC_DTYPE_F32, EMC_STATE_NONE};
+  emc_store *st;
+  emc_cache *c;
+  emc_cache_config cfg;
+  looker l[2];
+  pthread_t th[2];
+  int stop = 0, i, k, flushes = emct_gpu_quick() ? 2 : 4;
+  EMCT_OK(emc_store_create(&d, 1, &st));
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_HOST;
+  cfg.capacity_bytes = 256u << 10; /* a small cache: a short queue (at most the rows it holds) */
+  cfg.admission = EMC_ADMISSION_BACKGROUND;
+  EMCT_OK(emc_cache_create(st, &cfg, &c));
+  for (i = 0; i < 2; i++) {
+    l[i].c = c;
+    l[i].seed = (uint64_t)i * LOOKER_IDS;
+    l[i].stop = &stop;
+    l[i].misses_done = 0;
+    ck_assert_int_eq(pthread_create(&th[i], NULL, looker_main, &l[i]), 0);
+  }
+  pause_us(100000);
+  for (k = 0; k < flushes; k++) {
+    uint64_t before = __atomic_load_n(&l[0].misses_done, __ATOMIC_SEQ_CST) +
+                      __atomic_load_n(&l[1].misses_done, __ATOMIC_SEQ_CST);
+    double t0 = now_s(), took;
+    emc_stats s;
+    EMCT_OK(emc_flush(c, NULL)); /* the suite's timeout catches a flush that never returns */
+    took = now_s() - t0;
+    EMCT_OK(emc_get_stats(c, &s));
+    ck_assert_msg(s.admissions + s.admit_skipped >= before,
+                  "flush %d: %llu admitted + %llu skipped < %llu misses of lookups that "
+                  "returned before the flush", k, (unsigned long long)s.admissions,
+                  (unsigned long long)s.admit_skipped, (unsigned long long)before);
+    if (getenv("EMCT_VERBOSE")) fprintf(stderr, "flush %d under load: %.3f s\n", k, took);
+    ck_assert_msg(took < emct_timeout(10.0), "flush %d took %.1f s under load", k, took);
+    pause_us(20000);
+  }
+  __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+  for (i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+  ck_assert_msg(l[0].misses_done > 0 && l[1].misses_done > 0, "the lookup threads did not run");
+  EMCT_OK(emc__cache_check(c));
+  EMCT_OK(emc_cache_destroy(c));
+  emc_store_destroy(st);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("admission");
   TCase *tb = tcase_create("background admission");
@@ -472,6 +556,7 @@ int main(void) {
   int failed;
   tcase_add_test(tb, background_admission_accounting);
   tcase_add_test(tb, background_destroy_with_queued_misses);
+  tcase_add_test(tb, background_flush_under_load);
   tcase_add_test(tb, background_insert_while_queued);
   tcase_set_timeout(tb, emct_timeout(60));
   suite_add_tcase(s, tb);

@@ -475,6 +475,24 @@ START_TEST(cache_create_bad_config) {
     ck_assert_uint_eq(k_old, k0);
     ck_assert_uint_ne(k0, k999);
   }
+  {
+    /* the version before `admission`: its tail padding lies where admission is; garbage there
+     * must not count (admission takes its default); the full struct refuses a bad value */
+    emc_cache_config old = base;
+    emc_cache *c5 = NULL;
+    old.struct_size = offsetof(emc_cache_config, admission) + sizeof(uint32_t);
+    ck_assert_uint_eq(old.struct_size, offsetof(emc_cache_config, reserved_));
+    old.admission = 0x5a5a5a5au;
+    EMCT_OK(emc_cache_create(s2, &old, &c5));
+    EMCT_OK(emc_cache_destroy(c5));
+    c5 = NULL;
+    old.struct_size = sizeof old;
+    BAD(emc_cache_create(s2, &old, &c5), EMC_EINVAL, &f, "admission 0x5a5a5a5a");
+    ck_assert_ptr_null(c5);
+    old.admission = EMC_ADMISSION_BACKGROUND;
+    EMCT_OK(emc_cache_create(s2, &old, &c5));
+    EMCT_OK(emc_cache_destroy(c5));
+  }
   /* a larger struct_size with a NULL config: defaults; an exact-size config works */
   EMCT_OK(emc_cache_create(s2, NULL, &c3));
   ck_assert_int_eq(emc_cache_backend(c3), have_cuda ? EMC_BACKEND_CUDA : EMC_BACKEND_HOST);
