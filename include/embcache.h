@@ -447,7 +447,8 @@ EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t 
 
 /* Write every dirty row back to the store (rows stay cached, now clean).
  * Host backend with EMC_ADMISSION_BACKGROUND: first waits until the misses of every lookup
- * that returned before the call are admitted or skipped (stats then add up).
+ * that returned before the call are admitted or skipped (stats read after it count them;
+ * lookups running meanwhile do not hold it back).
  * CUDA backend: enqueued on stream, then waits for it. After flushing it reports what the
  * asynchronous calls since the last flush met, the first as the status and all in the detail:
  * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training
