@@ -73,44 +73,49 @@ int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int 
   return -2;
 }
 
-/* Admit the misses of one lookup, the writer lock held: `n` records (table, id, key) in the
- * lookup's order. Store rows are prefetched a few records ahead (a dense row's address is
- * known; a hashed row's takes a map probe, done here anyway). Counts into *admitted and
- * *skipped. */
+/* Admit one miss (table t, id, key) seen by a lookup at `now`, the writer lock held; counts
+ * into *admitted or *skipped (a row cached meanwhile by its own id is neither). */
+static void admit_one(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uint64_t now,
+                      unsigned char *row, uint64_t *admitted, uint64_t *skipped) {
+  const emc__table *tb = &c->store->tables[t];
+  /* a pass ages entries against the newest clock (later lookups may have stamped rows since
+   * this one's `now`); the admitted row keeps its own access time, `now`, but no older than
+   * the clamp (a miss queued long ago: its age must not wrap) */
+  uint64_t newest = __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED);
+  uint64_t at = newest > EMC__AGE_CLAMP && now < newest - EMC__AGE_CLAMP ? newest - EMC__AGE_CLAMP : now;
+  int64_t pos, srow;
+  int collision;
+  if (!emc__make_room(c, tb->stride, newest > now ? newest : now)) {
+    (*skipped)++;
+    return;
+  }
+  pos = emc__admit_pos(c, t, id, key, &collision);
+  if (pos == -2) { /* cached meanwhile (a duplicate of this batch, or another thread) */
+    *skipped += (uint64_t)collision;
+    return;
+  }
+  srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find(tb, id);
+  if (srow < 0) return;
+  /* the current store row and its state: store rows change only under this lock */
+  emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
+  if (emc__admit_row(c, t, id, key, pos, row, 0, at)) (*admitted)++;
+  else (*skipped)++;
+}
+
+/* Admit a queued batch's records in order, the writer lock held. Store rows are prefetched a
+ * few records ahead (a dense row's address is known; a hashed row's takes a map probe, done
+ * in admit_one anyway). */
 #define ADMIT_AHEAD 4u
-static void admit_records(emc_cache *c, uint64_t n, const uint32_t *table, const uint64_t *id,
-                          const uint64_t *key, uint64_t now, unsigned char *row,
+static void admit_records(emc_cache *c, const emc__admit_batch *b, unsigned char *row,
                           uint64_t *admitted, uint64_t *skipped) {
   const emc_store *s = c->store;
   uint64_t i;
-  for (i = 0; i < n; i++) {
-    /* a pass ages entries against the newest clock (later lookups may have stamped rows
-     * since this one's `now`); the admitted row keeps its own access time, `now` */
-    uint64_t newest = __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED);
-    /* a miss queued long ago is stamped no older than the clamp (its age must not wrap) */
-    uint64_t at = newest > EMC__AGE_CLAMP && now < newest - EMC__AGE_CLAMP ? newest - EMC__AGE_CLAMP : now;
-    const emc__table *tb = &s->tables[table[i]];
-    int64_t pos, srow;
-    int collision;
-    if (i + ADMIT_AHEAD < n) {
-      const emc__table *ta = &s->tables[table[i + ADMIT_AHEAD]];
-      if (ta->kind == EMC_TABLE_DENSE) __builtin_prefetch(emc__store_row(ta, id[i + ADMIT_AHEAD]));
+  for (i = 0; i < b->n; i++) {
+    if (i + ADMIT_AHEAD < b->n) {
+      const emc__table *ta = &s->tables[b->table[i + ADMIT_AHEAD]];
+      if (ta->kind == EMC_TABLE_DENSE) __builtin_prefetch(emc__store_row(ta, b->id[i + ADMIT_AHEAD]));
     }
-    if (!emc__make_room(c, tb->stride, newest > now ? newest : now)) {
-      (*skipped)++;
-      continue;
-    }
-    pos = emc__admit_pos(c, table[i], id[i], key[i], &collision);
-    if (pos == -2) { /* cached meanwhile (a duplicate of this batch, or another thread) */
-      *skipped += (uint64_t)collision;
-      continue;
-    }
-    srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id[i] : emc__store_find(tb, id[i]);
-    if (srow < 0) continue;
-    /* the current store row and its state: store rows change only under this lock */
-    emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
-    if (emc__admit_row(c, table[i], id[i], key[i], pos, row, 0, at)) (*admitted)++;
-    else (*skipped)++;
+    admit_one(c, b->table[i], b->id[i], b->key[i], b->now, row, admitted, skipped);
   }
 }
 
@@ -148,24 +153,22 @@ static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offs
                          const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
                          uint64_t now) {
   emc__host_cache *h = c->host;
-  uint64_t admitted = 0, skipped = 0;
-  emc__admit_batch *b;
+  uint64_t admitted = 0, skipped = 0, i;
+  uint32_t t;
   unsigned char *row;
   if (pthread_mutex_trylock(&h->lock) != 0) {
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }
-  b = batch_of(c, ids, offsets, keys, kind, to_admit, now);
-  row = b ? emc__malloc(h->max_stride) : NULL; /* one row (and state) of the widest table */
-  if (!row) {
+  if (!(row = emc__malloc(h->max_stride))) { /* one row (and state) of the widest table */
     pthread_mutex_unlock(&h->lock);
-    free(b);
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }
-  admit_records(c, b->n, b->table, b->id, b->key, now, row, &admitted, &skipped);
+  for (t = 0; t < c->store->n_tables; t++) /* straight from the lookup's positions */
+    for (i = offsets[t]; i < offsets[t + 1]; i++)
+      if (kind[i] & EMC__R_ADMIT) admit_one(c, t, ids[i], keys[i], now, row, &admitted, &skipped);
   free(row);
-  free(b);
   emc__hix_maintain(c, 0);
   if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;
   pthread_mutex_unlock(&h->lock);
@@ -193,7 +196,7 @@ static void admit_round(emc_cache *c, emc__admit_batch *fifo, unsigned char *row
     int barrier = b->barrier;
     fifo = b->next;
     if (!barrier) {
-      if (row) admit_records(c, b->n, b->table, b->id, b->key, b->now, row, &admitted, &skipped);
+      if (row) admit_records(c, b, row, &admitted, &skipped);
       else skipped += b->n; /* no row buffer: out of memory */
       done += b->n;
       free(b);

@@ -131,6 +131,24 @@ typedef struct pipe_slot {
   uint8_t state;
 } pipe_slot;
 
+/* What a lookup's reads found, counted as each position is decided. */
+typedef struct tally {
+  uint64_t hits, misses, absent, unified, to_admit;
+} tally;
+
+/* Position i was decided as k: its where code, and the counts. */
+static inline void tally_add(tally *n, uint8_t *where, uint64_t i, uint8_t k) {
+  uint8_t base = k & 3u;
+  if (where)
+    where[i] = base == EMC__R_HIT ? EMC_WHERE_CACHE
+               : base == EMC__R_STORE ? EMC_WHERE_STORE : EMC_WHERE_ABSENT;
+  n->hits += base == EMC__R_HIT;
+  n->misses += base == EMC__R_STORE;
+  n->absent += base == EMC__R_ABSENT;
+  n->unified += (k & EMC__R_UNIFIED) != 0;
+  n->to_admit += (k & EMC__R_ADMIT) != 0;
+}
+
 /* What every stage needs: the call's arguments and its ring. */
 typedef struct pipe {
   emc_cache *c;
@@ -139,7 +157,8 @@ typedef struct pipe {
   const emc__index_view *ix;
   const uint64_t *ids, *offsets;
   uint64_t *keys;
-  uint8_t *kind;
+  uint8_t *kind, *where;
+  tally *n;
   unsigned char *dst;   /* stage D's next row */
   uint64_t now;
   uint32_t ta;          /* stage A's table cursor */
@@ -253,14 +272,15 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, uint64_t k) {
     r = read_row(P->c, p->t, P->ids[k], p->key, P->dst, P->now);
   }
   P->kind[k] = r;
+  tally_add(P->n, P->where, k, r);
   P->dst += t->row_bytes;
 }
 
-/* The batched read of positions [0, total): rows into out, kinds into kind[] (keys[] gets
- * every position's key, for admission). Counts per kind are the caller's. */
+/* The batched read of positions [0, total): rows into out, kinds into kind[] and where[]
+ * (when given), counts into *n (keys[] gets every position's key, for admission). */
 static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                            uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
-                           uint64_t now) {
+                           uint8_t *where, tally *n, uint64_t now) {
   pipe P;
   uint64_t j;
   P.c = c;
@@ -271,6 +291,8 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
   P.offsets = offsets;
   P.keys = keys;
   P.kind = kind;
+  P.where = where;
+  P.n = n;
   P.dst = out;
   P.now = now;
   P.ta = 0;
@@ -307,8 +329,8 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
                             void *out, uint8_t *where) {
   emc__host_cache *h = c->host;
   const emc_store *s = c->store;
-  uint64_t total = offsets[s->n_tables], now, hits = 0, misses = 0, absent = 0, unified = 0;
-  uint64_t to_admit = 0, i;
+  uint64_t total = offsets[s->n_tables], now, i;
+  tally n = {0, 0, 0, 0, 0};
   uint64_t *keys;
   uint8_t *kind;
   uint32_t t;
@@ -326,7 +348,7 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
   maybe_age(c, now);
   if (h->pipelined) {
-    read_pipelined(c, ids, offsets, total, out, keys, kind, now);
+    read_pipelined(c, ids, offsets, total, out, keys, kind, where, &n, now);
   } else {
     unsigned char *dst = out;
     for (t = 0; t < s->n_tables; t++) {
@@ -335,27 +357,17 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
       for (i = offsets[t]; i < offsets[t + 1]; i++, dst += rb) {
         keys[i] = emc__global_key(tc, ids[i], c->codec.hash_seed);
         kind[i] = read_row(c, t, ids[i], keys[i], dst, now);
+        tally_add(&n, where, i, kind[i]);
       }
     }
   }
-  for (i = 0; i < total; i++) {
-    uint8_t k = kind[i], base = k & 3u;
-    if (where)
-      where[i] = base == EMC__R_HIT ? EMC_WHERE_CACHE
-                 : base == EMC__R_STORE ? EMC_WHERE_STORE : EMC_WHERE_ABSENT;
-    hits += base == EMC__R_HIT;
-    misses += base == EMC__R_STORE;
-    absent += base == EMC__R_ABSENT;
-    unified += (k & EMC__R_UNIFIED) != 0;
-    to_admit += (k & EMC__R_ADMIT) != 0;
-  }
   EMC__CNT_ADD(h->n_lookups, total);
-  EMC__CNT_ADD(h->n_hits, hits);
-  EMC__CNT_ADD(h->n_misses, misses);
-  EMC__CNT_ADD(h->n_absent, absent);
-  EMC__CNT_ADD(h->n_unified, unified);
-  if (to_admit > 0) { /* admit_host.c takes keys and kind (freed there) */
-    emc__host_admit(c, ids, offsets, keys, kind, to_admit, now);
+  EMC__CNT_ADD(h->n_hits, n.hits);
+  EMC__CNT_ADD(h->n_misses, n.misses);
+  EMC__CNT_ADD(h->n_absent, n.absent);
+  EMC__CNT_ADD(h->n_unified, n.unified);
+  if (n.to_admit > 0) { /* admit_host.c takes keys and kind (freed there) */
+    emc__host_admit(c, ids, offsets, keys, kind, n.to_admit, now);
     return EMC_OK;
   }
   free(keys);
