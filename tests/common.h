@@ -165,6 +165,27 @@ void emct_pattern_row(uint32_t table, uint64_t id, uint64_t tag, uint32_t dim, e
  * admissions - evictions <= rows_cached <= admissions + inserts - evictions. */
 void emct_check_cache(emc_cache *c, const emct_world *w, int no_inserts, const char *what);
 
+
+/* ------------------------------------------------------------ generation rows
+ * Rows that encode (table t, rank, generation g), for tests whose writers race readers:
+ * f32: element j = 1 + ((g << EMCT_GEN_RANK_BITS | rank) ^ mask(t, j)), an integer in
+ *      [1, 2^24]: exact in binary32; rank and g decode from any element.
+ * f16: element j = 1 + ((g + rank * (2j + 1) + 37 t + 11 j) mod 2048), an integer in
+ *      [1, 2048]: exact in binary16; g decodes from element 0 given the rank, and element 1
+ *      differs between ranks < 1024 apart.
+ * Neither is ever zero, so a zero row is only the absent value. Ranks < EMCT_GEN_MAX_UNIVERSE. */
+#define EMCT_GEN_RANK_BITS 10u
+#define EMCT_GEN_MAX_UNIVERSE (1u << EMCT_GEN_RANK_BITS)
+/* The largest generation a row of dtype dt encodes. */
+uint32_t emct_gen_max(emc_dtype dt);
+void emct_gen_row(uint32_t t, uint64_t rank, uint32_t g, uint32_t dim, emc_dtype dt, void *out);
+/* The generation g with row == emct_gen_row(t, rank, g), or -1 (wrong key, torn, garbage).
+ * scratch: a row's bytes. */
+int64_t emct_gen_decode(uint32_t t, uint64_t rank, uint32_t dim, emc_dtype dt, const void *row,
+                        void *scratch);
+/* Are all n bytes at p zero? */
+int emct_is_zero(const void *p, size_t n);
+
 /* GPU suites: 1 when a CUDA device answers (emc_device_count); else prints
  * "<suite>: no CUDA device (<detail>): skipped" and returns 0, and the caller exits 77 (CTest's
  * SKIP_RETURN_CODE). Call it first in main: it allocates nothing Check's leak checks see. */

@@ -71,59 +71,6 @@ void *xmalloc(size_t n) {
   return p;
 }
 
-void check_rows(const emct_world *w, const uint64_t *ranks, const uint64_t *offsets,
-                const void *out, const uint8_t *where, const char *what) {
-  const unsigned char *o = out;
-  uint32_t t;
-  uint64_t i;
-  for (t = 0; t < w->n; t++) {
-    size_t rb = w->row_bytes[t];
-    for (i = offsets[t]; i < offsets[t + 1]; i++, o += rb) {
-      uint64_t r = ranks[i];
-      int bad = memcmp(o, w->ref[t] + r * rb, rb) != 0;
-      if (where && !bad)
-        bad = w->present[t][r] ? !(where[i] == EMC_WHERE_CACHE || where[i] == EMC_WHERE_STORE)
-                               : where[i] != EMC_WHERE_ABSENT;
-      if (bad) {
-        uint64_t offs[8], u;
-        /* the common checker on this one row (a batch of one position), for its message */
-        for (u = 0; u <= w->n; u++) offs[u] = u > t ? 1 : 0;
-        emct_world_check_rows(w, &ranks[i], offs, o, where ? &where[i] : NULL, what);
-        ck_assert_msg(0, "%s: row %llu is wrong", what, (unsigned long long)i);
-      }
-    }
-  }
-}
-
-void check_store(const emct_world *w, const char *what) {
-  uint32_t t;
-  int bad = 0;
-  for (t = 0; t < w->n && !bad; t++) {
-    size_t rb = w->row_bytes[t];
-    uint64_t u = w->spec[t].universe, r, cnt = 0, chunk = 4096;
-    uint64_t *ids = xmalloc(chunk * sizeof *ids);
-    unsigned char *buf = xmalloc(chunk * rb);
-    for (r = 0; r < u && !bad; r += chunk) {
-      uint64_t m = u - r < chunk ? u - r : chunk, i;
-      for (i = 0; i < m; i++) ids[i] = emct_id_of(w, t, r + i);
-      EMCT_OK(emc_store_read(w->store, t, ids, m, buf));
-      bad = memcmp(buf, w->ref[t] + r * rb, m * rb) != 0;
-      for (i = 0; i < m; i++) cnt += w->present[t][r + i];
-    }
-    if (!bad && w->spec[t].kind == EMC_TABLE_HASHED) {
-      uint64_t c = 0;
-      EMCT_OK(emc_store_table_count(w->store, t, &c));
-      bad = c != cnt;
-    }
-    free(ids);
-    free(buf);
-  }
-  if (bad) {
-    emct_world_check_store(w, what);
-    ck_assert_msg(0, "%s: the store differs from the reference", what);
-  }
-}
-
 /* ------------------------------------------------------------------ batches */
 void bb_init(bbuild *b, uint32_t nt, uint64_t cap) {
   memset(b, 0, sizeof *b);

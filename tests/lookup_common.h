@@ -5,8 +5,8 @@
  *   time        now_s (monotonic seconds), pause_us.
  *   caches      make_cache / make_cache_t2: a host-backend cache over a world's store;
  *               get_stats / get_debug (emc_get_stats, emc__cache_get_debug, asserted).
- *   rows        pattern_batch (insert rows), xmalloc; check_rows / check_store: the common
- *               checkers (emct_world_check_rows / _store), reaching ck_assert only on a failure.
+ *   rows        pattern_batch (insert rows), xmalloc (rows are checked with common.h's
+ *               emct_world_check_rows / _store).
  *   batches     bbuild: a batch of (table, rank) pairs in any order, grouped by table.
  */
 #ifndef EMC_TESTS_LOOKUP_COMMON_H
@@ -39,14 +39,6 @@ void pattern_batch(const emct_world *w, const uint64_t *ids, const uint64_t *off
 /* malloc, asserted (at least 1 byte). */
 void *xmalloc(size_t n);
 
-/* emct_world_check_rows, with Check's assertion reached only on a failure (every passing
- * ck_assert writes a location record to Check's message file: millions of rows would cost
- * seconds of system time). */
-void check_rows(const emct_world *w, const uint64_t *ranks, const uint64_t *offsets,
-                const void *out, const uint8_t *where, const char *what);
-
-/* emct_world_check_store, asserting only on a failure (then the common checker reports it). */
-void check_store(const emct_world *w, const char *what);
 
 /* ------------------------------------------------------------------ batches
  * A batch under construction: (table, rank) pairs in any order, grouped by table (stably) at

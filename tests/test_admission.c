@@ -21,7 +21,7 @@
  *              store holds after emc_flush.
  *
  * Check's passing assertions each write a record to its message file, so per-row checks here
- * reach ck_assert only on a failure (check_rows, check_store: lookup_common.c).
+ * reach ck_assert only on a failure (emct_world_check_rows / _store do so).
  * EMCT_VERBOSE=1 prints what each case covered.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -81,7 +81,7 @@ static void bg_lookup(emc_cache *c, const emct_world *w, const uint64_t *ids, co
   unsigned char *out = xmalloc(bytes);
   uint8_t *where = xmalloc(n);
   EMCT_OK(emc_lookup_ex(c, ids, offsets, out, where, NULL));
-  check_rows(w, ranks, offsets, out, where, what);
+  emct_world_check_rows(w, ranks, offsets, out, where, what);
   *n_cache = *n_store = *n_absent = 0;
   for (i = 0; i < n; i++) {
     *n_cache += where[i] == EMC_WHERE_CACHE;
@@ -180,9 +180,9 @@ START_TEST(background_admission_accounting) {
                 (unsigned long long)s1.evictions, (unsigned long long)s1.admissions,
                 (unsigned long long)s1.hits);
   emct_check_cache(c, &w, 0, "background churn: end");
-  check_store(&w, "background churn: store after flush");
+  emct_world_check_store(&w, "background churn: store after flush");
   EMCT_OK(emc_cache_destroy(c));
-  check_store(&w, "background churn: store after destroy");
+  emct_world_check_store(&w, "background churn: store after destroy");
   bb_free(&b);
   emct_world_free(&w);
 }
@@ -332,7 +332,7 @@ START_TEST(background_destroy_with_queued_misses) {
     qbatch_apply(&w, &b);
     /* X was read while B's insert held the lock: B and X are disjoint, so X's rows are the
      * reference's */
-    check_rows(&w, x.ranks, x.offs, x.out, x.where, what);
+    emct_world_check_rows(&w, x.ranks, x.offs, x.out, x.where, what);
     elig_x = count_where(x.where, x.n, EMC_WHERE_STORE);
     ck_assert_msg(elig_x > x.n / 2, "%s: only %llu of %llu positions of X missed", what,
                   (unsigned long long)elig_x, (unsigned long long)x.n);
@@ -349,7 +349,7 @@ START_TEST(background_destroy_with_queued_misses) {
                   "was created (the cache's thread was not joined)", what, after, base);
     /* nothing lost: every inserted row (y: dirty, some new hashed ids; B: dirty or written
      * through) is in the store, every other row unchanged */
-    check_store(&w, what);
+    emct_world_check_store(&w, what);
     /* the store was detached: a new cache attaches and serves the rows */
     c = make_cache(&w, 64u << 10, 64, 4096, 5, EMC_ADMISSION_INLINE);
     bg_lookup(c, &w, y.ids, y.ranks, y.offs, &nc, &ns, &na, "new cache");
@@ -452,10 +452,10 @@ START_TEST(background_insert_while_queued) {
     bg_lookup(c, &w, x.ids, x.ranks, x.offs, &nc, &ns, &na, "inserted ids after flush");
     ck_assert_msg(nc == x.n, "%s: %llu of %llu inserted rows cached after the flush", what,
                   (unsigned long long)nc, (unsigned long long)x.n);
-    check_store(&w, what);
+    emct_world_check_store(&w, what);
     emct_check_cache(c, &w, 0, what);
     EMCT_OK(emc_cache_destroy(c));
-    check_store(&w, what);
+    emct_world_check_store(&w, what);
     qbatch_free(&b); qbatch_free(&x); qbatch_free(&x2);
     free(old);
   }

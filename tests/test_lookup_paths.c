@@ -34,7 +34,7 @@
  * is test_admission.c; the helpers the three share are lookup_common.c.
  *
  * Check's passing assertions each write a record to its message file, so per-row checks here
- * reach ck_assert only on a failure (check_rows, check_store: lookup_common.c).
+ * reach ck_assert only on a failure (emct_world_check_rows / _store do so).
  * EMCT_VERBOSE=1 prints what each case covered.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -256,7 +256,7 @@ static void twin_lookup(twins *tw, const uint64_t *ids, const uint64_t *ranks,
     }
   }
   /* both against the reference model (equal out: checking one checks both) */
-  if (n) check_rows(w, ranks, offsets, out[0], use_where ? where[0] : NULL, what);
+  if (n) emct_world_check_rows(w, ranks, offsets, out[0], use_where ? where[0] : NULL, what);
   after = get_stats(tw->c[0]);
   ck_assert_msg(after.lookups - before[0].lookups == n, "%s: lookups +%llu for %llu ids", what,
                 (unsigned long long)(after.lookups - before[0].lookups), (unsigned long long)n);
@@ -648,7 +648,7 @@ START_TEST(twins_same_results) {
   twins_agree(&tw, "final flush");
   for (k = 0; k < 2; k++) {
     EMCT_OK(emc_cache_destroy(tw.c[k]));
-    check_store(&tw.w[k], k ? "per-row twin's store" : "pipelined twin's store");
+    emct_world_check_store(&tw.w[k], k ? "per-row twin's store" : "pipelined twin's store");
   }
   bb_free(&b);
   free(tw.rows);

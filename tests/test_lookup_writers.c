@@ -28,71 +28,9 @@
 #include <string.h>
 
 /* ================================================================== writers */
-/* Rows that encode (table, rank, generation): test_threads.c's encoding.
- * f32: element j = 1 + ((g << RANK_BITS | rank) ^ mask(t, j)), exact in binary32.
- * f16: element j = 1 + ((g + rank * (2j + 1) + 37 t + 11 j) mod 2048), exact in binary16.
- * Never zero: a zero row is only the absent value. */
-#define RANK_BITS 10u
-#define MAX_UNIVERSE (1u << RANK_BITS)
+/* Rows that encode (table, rank, generation): tests/common.h's generation rows. */
 #define WR_TABLES 3u
 #define HOT 48u
-
-static uint32_t max_gen(emc_dtype dt) {
-  return dt == EMC_DTYPE_F32 ? (1u << (24u - RANK_BITS)) - 1u : 2047u;
-}
-
-static uint32_t elem_mask(uint32_t t, uint32_t j) {
-  return (uint32_t)(emc__fmix64(((uint64_t)(t + 1) << 32) | j) & 0xffffffu);
-}
-
-static void gen_row(uint32_t t, uint64_t rank, uint32_t g, uint32_t dim, emc_dtype dt, void *out) {
-  uint32_t j;
-  for (j = 0; j < dim; j++) {
-    if (dt == EMC_DTYPE_F32) {
-      uint32_t v = (((g << RANK_BITS) | (uint32_t)rank) ^ elem_mask(t, j)) + 1u;
-      float f = (float)v;
-      memcpy((float *)out + j, &f, 4);
-    } else {
-      uint32_t v = ((g + (uint32_t)rank * (2u * j + 1u) + 37u * t + 11u * j) & 2047u) + 1u;
-      ((uint16_t *)out)[j] = emc__f32_to_f16((float)v);
-    }
-  }
-}
-
-static int is_zero(const void *p, size_t n) {
-  const unsigned char *b = p;
-  size_t i;
-  for (i = 0; i < n; i++)
-    if (b[i]) return 0;
-  return 1;
-}
-
-/* The generation g with row == gen_row(t, rank, g), or -1 (wrong key, torn, garbage). */
-static int64_t decode_gen(uint32_t t, uint64_t rank, uint32_t dim, emc_dtype dt, const void *row,
-                          void *scratch) {
-  uint32_t g;
-  size_t rb = (size_t)dim * emc_dtype_size(dt);
-  float f;
-  if (dt == EMC_DTYPE_F32) {
-    uint32_t v;
-    memcpy(&f, row, 4);
-    if (!(f >= 1.0f && f <= 16777216.0f)) return -1;
-    v = (uint32_t)f;
-    if ((float)v != f) return -1;
-    v = (v - 1u) ^ elem_mask(t, 0);
-    if ((v & (MAX_UNIVERSE - 1u)) != (uint32_t)rank) return -1;
-    g = v >> RANK_BITS;
-  } else {
-    uint32_t v;
-    f = emc__f16_to_f32(((const uint16_t *)row)[0]);
-    if (!(f >= 1.0f && f <= 2048.0f)) return -1;
-    v = (uint32_t)f;
-    if ((float)v != f) return -1;
-    g = (v - 1u - (uint32_t)rank - 37u * t) & 2047u;
-  }
-  gen_row(t, rank, g, dim, dt, scratch);
-  return memcmp(scratch, row, rb) == 0 ? (int64_t)g : -1;
-}
 
 typedef struct wshared {
   emc_cache *c;
@@ -213,7 +151,7 @@ static void *wr_reader(void *arg) {
         wk->n_store += wh == EMC_WHERE_STORE;
         wk->n_absent += wh == EMC_WHERE_ABSENT;
         if (r >= sp->universe) { /* a foreign hashed id: never present */
-          if (!is_zero(row, rb) || wh != EMC_WHERE_ABSENT) {
+          if (!emct_is_zero(row, rb) || wh != EMC_WHERE_ABSENT) {
             wfail(wk, "reader %u: table %u: foreign id %llu at position %llu: where %d, row %s", wk->index, t,
                   (unsigned long long)ids[i], (unsigned long long)i, wh,
                   emct_hex(row, rb, hx, sizeof hx));
@@ -221,7 +159,7 @@ static void *wr_reader(void *arg) {
           }
           continue;
         }
-        if (is_zero(row, rb)) {
+        if (emct_is_zero(row, rb)) {
           /* the absent value: only while generation 0 may still be current, and ABSENT */
           if (lo[i] != 0 || wh != EMC_WHERE_ABSENT) {
             wfail(wk, "reader %u: table %u rank %llu at position %llu: zero row with where %d "
@@ -233,7 +171,7 @@ static void *wr_reader(void *arg) {
           continue;
         }
         {
-          int64_t g = decode_gen(t, r, sp->dim, sp->dtype, row, scratch);
+          int64_t g = emct_gen_decode(t, r, sp->dim, sp->dtype, row, scratch);
           uint32_t hi = LD_ACQ(&sh->started[t][r]);
           if (g < 0 || (uint32_t)g < lo[i] || (uint32_t)g > hi || wh == EMC_WHERE_ABSENT) {
             wfail(wk, "reader %u: table %u (%s dim %u) rank %llu at position %llu of %llu, where "
@@ -278,12 +216,12 @@ static void *wr_writer(void *arg) {
       for (i = 0; i < m; i++) {
         uint64_t r = wr_rank(wk, t, 3);
         uint32_t g = sh->started[t][r] + 1u;
-        if (g > max_gen(sp->dtype)) continue; /* this key has had all its generations */
+        if (g > emct_gen_max(sp->dtype)) continue; /* this key has had all its generations */
         ST_REL(&sh->started[t][r], g);        /* published before the insert can show it */
         ranks[k] = r;
         ids[k] = emct_id_of(w, t, r);
         gen[k] = g;
-        gen_row(t, r, g, sp->dim, sp->dtype, row);
+        emct_gen_row(t, r, g, sp->dim, sp->dtype, row);
         row += w->row_bytes[t];
         k++;
       }
@@ -331,13 +269,13 @@ START_TEST(pipelined_under_writers) {
     size_t rb = w.row_bytes[t];
     unsigned char *rows = xmalloc(sp->present * rb);
     uint64_t *ids = xmalloc(sp->present * sizeof *ids);
-    ck_assert(sp->universe <= MAX_UNIVERSE && sp->universe >= HOT && sp->universe <= sp->rows);
+    ck_assert(sp->universe <= EMCT_GEN_MAX_UNIVERSE && sp->universe >= HOT && sp->universe <= sp->rows);
     sh.started[t] = calloc(sp->universe, sizeof(uint32_t));
     sh.done[t] = calloc(sp->universe, sizeof(uint32_t));
     ck_assert(sh.started[t] && sh.done[t]);
     for (r = 0; r < sp->present; r++) {
       ids[r] = emct_id_of(&w, (uint32_t)t, r);
-      gen_row((uint32_t)t, r, 1, sp->dim, sp->dtype, rows + r * rb);
+      emct_gen_row((uint32_t)t, r, 1, sp->dim, sp->dtype, rows + r * rb);
       sh.started[t][r] = sh.done[t][r] = 1;
     }
     EMCT_OK(emc_store_write(w.store, (uint32_t)t, ids, sp->present, rows));
@@ -417,16 +355,16 @@ START_TEST(pipelined_under_writers) {
       uint32_t g = sh.done[t][r];
       ck_assert_uint_eq(g, sh.started[t][r]);
       EMCT_OK(emc_store_read(w.store, (uint32_t)t, &id, 1, buf));
-      if (g == 0) ck_assert_msg(is_zero(buf, rb), "store: table %llu rank %llu never written, not zero",
+      if (g == 0) ck_assert_msg(emct_is_zero(buf, rb), "store: table %llu rank %llu never written, not zero",
                                 (unsigned long long)t, (unsigned long long)r);
-      else ck_assert_msg(decode_gen((uint32_t)t, r, sp->dim, sp->dtype, buf, scratch) == (int64_t)g,
+      else ck_assert_msg(emct_gen_decode((uint32_t)t, r, sp->dim, sp->dtype, buf, scratch) == (int64_t)g,
                          "store: table %llu rank %llu does not hold generation %u",
                          (unsigned long long)t, (unsigned long long)r, g);
       EMCT_OK(emc_lookup_ex(sh.c, &id, offs, buf, where, NULL));
-      if (g == 0) ck_assert_msg(is_zero(buf, rb) && where[0] == EMC_WHERE_ABSENT,
+      if (g == 0) ck_assert_msg(emct_is_zero(buf, rb) && where[0] == EMC_WHERE_ABSENT,
                                 "lookup: table %llu rank %llu never written: where %u",
                                 (unsigned long long)t, (unsigned long long)r, where[0]);
-      else ck_assert_msg(decode_gen((uint32_t)t, r, sp->dim, sp->dtype, buf, scratch) == (int64_t)g &&
+      else ck_assert_msg(emct_gen_decode((uint32_t)t, r, sp->dim, sp->dtype, buf, scratch) == (int64_t)g &&
                              where[0] != EMC_WHERE_ABSENT,
                          "lookup: table %llu rank %llu: not generation %u (where %u)",
                          (unsigned long long)t, (unsigned long long)r, g, where[0]);

@@ -67,81 +67,15 @@
 #define LD_RLX(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define ST_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 
-/* ----------------------------------------------------------- generation rows
- * f32: element j = 1 + ((g << RANK_BITS | rank) ^ mask(t, j)), an integer in [1, 2^24]:
- *      exact in binary32; rank and g decode from any element.
- * f16: element j = 1 + ((g + rank * (2j + 1) + 37 t + 11 j) mod 2048), an integer in
- *      [1, 2048]: exact in binary16; g decodes from element 0 given the rank, and element 1
- *      differs between ranks < 1024 apart.
- * Neither is ever zero, so a zero row is only the absent value. */
+/* Rows are generation rows (tests/common.h: emct_gen_row, emct_gen_decode). */
 #ifdef EMCT_GPU
 #define EMCT_GPU_ON 1
 #else
 #define EMCT_GPU_ON 0
 #endif
 
-#define RANK_BITS 10u
-#define MAX_UNIVERSE (1u << RANK_BITS)
 #define HOT 64u
 #define MAX_TABLES 3u
-
-static uint32_t max_gen(emc_dtype dt) {
-  return dt == EMC_DTYPE_F32 ? (1u << (24u - RANK_BITS)) - 1u : 2047u;
-}
-
-static uint32_t elem_mask(uint32_t t, uint32_t j) {
-  return (uint32_t)(emc__fmix64(((uint64_t)(t + 1) << 32) | j) & 0xffffffu);
-}
-
-static void gen_row(uint32_t t, uint64_t rank, uint32_t g, uint32_t dim, emc_dtype dt, void *out) {
-  uint32_t j;
-  for (j = 0; j < dim; j++) {
-    if (dt == EMC_DTYPE_F32) {
-      uint32_t v = (((g << RANK_BITS) | (uint32_t)rank) ^ elem_mask(t, j)) + 1u;
-      float f = (float)v;
-      memcpy((float *)out + j, &f, 4);
-    } else {
-      uint32_t v = ((g + (uint32_t)rank * (2u * j + 1u) + 37u * t + 11u * j) & 2047u) + 1u;
-      ((uint16_t *)out)[j] = emc__f32_to_f16((float)v);
-    }
-  }
-}
-
-static int is_zero(const void *p, size_t n) {
-  const unsigned char *b = p;
-  size_t i;
-  for (i = 0; i < n; i++)
-    if (b[i]) return 0;
-  return 1;
-}
-
-/* The generation g with row == gen_row(t, rank, g), or -1 (wrong key, torn, garbage).
- * scratch: row_bytes bytes. */
-static int64_t decode_gen(uint32_t t, uint64_t rank, uint32_t dim, emc_dtype dt, const void *row,
-                          void *scratch) {
-  uint32_t g;
-  size_t rb = (size_t)dim * emc_dtype_size(dt);
-  float f;
-  if (dt == EMC_DTYPE_F32) {
-    uint32_t v;
-    memcpy(&f, row, 4);
-    if (!(f >= 1.0f && f <= 16777216.0f)) return -1;
-    v = (uint32_t)f;
-    if ((float)v != f) return -1;
-    v = (v - 1u) ^ elem_mask(t, 0);
-    if ((v & (MAX_UNIVERSE - 1u)) != (uint32_t)rank) return -1;
-    g = v >> RANK_BITS;
-  } else {
-    uint32_t v;
-    f = emc__f16_to_f32(((const uint16_t *)row)[0]);
-    if (!(f >= 1.0f && f <= 2048.0f)) return -1;
-    v = (uint32_t)f;
-    if ((float)v != f) return -1;
-    g = (v - 1u - (uint32_t)rank - 37u * t) & 2047u;
-  }
-  gen_row(t, rank, g, dim, dt, scratch);
-  return memcmp(scratch, row, rb) == 0 ? (int64_t)g : -1;
-}
 
 /* --------------------------------------------------------------- shared state */
 typedef struct tinfo {
@@ -214,7 +148,7 @@ static int check_row(worker *wk, uint32_t t, uint64_t rank, uint64_t pos, const 
   if (sh->static_mode || rank >= ti->universe) {
     int present = rank < ti->universe && sh->w->present[t][rank];
     const unsigned char *want = present ? sh->w->ref[t] + rank * ti->row_bytes : NULL;
-    long d = want ? emct_first_diff(row, want, ti->row_bytes) : (is_zero(row, ti->row_bytes) ? -1 : 0);
+    long d = want ? emct_first_diff(row, want, ti->row_bytes) : (emct_is_zero(row, ti->row_bytes) ? -1 : 0);
     if (d >= 0) {
       wfail(wk, "table %u (%s %s dim %u) id %llu (rank %llu%s) at position %llu: byte %ld "
             "differs from the store's row (got %s)", t, kind_name(ti->kind), dtype_name(ti->dtype),
@@ -231,7 +165,7 @@ static int check_row(worker *wk, uint32_t t, uint64_t rank, uint64_t pos, const 
     }
     return 1;
   }
-  if (is_zero(row, ti->row_bytes)) {
+  if (emct_is_zero(row, ti->row_bytes)) {
     /* the absent value: legitimate only while generation 0 may still be current */
     if (lo != 0 || where == EMC_WHERE_CACHE || where == EMC_WHERE_STORE) {
       wfail(wk, "table %u (%s %s dim %u) id %llu (rank %llu) at position %llu: zero row "
@@ -245,7 +179,7 @@ static int check_row(worker *wk, uint32_t t, uint64_t rank, uint64_t pos, const 
     return 1;
   }
   {
-    int64_t g = decode_gen(t, rank, ti->dim, ti->dtype, row, scratch);
+    int64_t g = emct_gen_decode(t, rank, ti->dim, ti->dtype, row, scratch);
     if (g < 0 || (uint32_t)g < lo || (uint32_t)g > hi || where == EMC_WHERE_ABSENT) {
       wfail(wk, "table %u (%s %s dim %u) id %llu (rank %llu) at position %llu, where %d: %s "
             "(decoded generation %lld, window [%u, %u]); row starts %s", t,
@@ -480,16 +414,16 @@ static void *writer_main(void *arg) {
         if (i > 0 && emct_rng_below(&wk->rng, 8) == 0) r = b.ranks[k - 1];
         else r = pick_rank(wk, ti, sh->n_writers, wk->index);
         g = LD_RLX(&sh->started[t][r]) + 1u;
-        if (g > max_gen(ti->dtype)) {
+        if (g > emct_gen_max(ti->dtype)) {
           wfail(wk, "writer %u: table %u rank %llu would need generation %u > %u (test sizes)",
-                wk->index, t, (unsigned long long)r, g, max_gen(ti->dtype));
+                wk->index, t, (unsigned long long)r, g, emct_gen_max(ti->dtype));
           break;
         }
         ST_REL(&sh->started[t][r], g); /* published before the insert can show it */
         b.ranks[k] = r;
         b.ids[k] = emct_id_of(sh->w, t, r);
         b.gen[k] = g;
-        gen_row(t, r, g, ti->dim, ti->dtype, row);
+        emct_gen_row(t, r, g, ti->dim, ti->dtype, row);
       }
       b.offsets[t + 1] = k;
     }
@@ -641,11 +575,11 @@ static void check_store_final(const shared *sh, const char *what) {
                     t, (unsigned long long)r, sh->started[t][r], g);
       EMCT_OK(emc_store_read(sh->store, t, &id, 1, buf));
       if (g == 0) {
-        ck_assert_msg(is_zero(buf, ti->row_bytes),
+        ck_assert_msg(emct_is_zero(buf, ti->row_bytes),
                       "%s: store table %u id %llu (rank %llu) never written but not zero", what,
                       t, (unsigned long long)id, (unsigned long long)r);
       } else {
-        int64_t got = decode_gen(t, r, ti->dim, ti->dtype, buf, scratch);
+        int64_t got = emct_gen_decode(t, r, ti->dim, ti->dtype, buf, scratch);
         ck_assert_msg(got == (int64_t)g,
                       "%s: store table %u (%s %s) id %llu (rank %llu) holds generation %lld, the "
                       "last inserted is %u", what, t, kind_name(ti->kind), dtype_name(ti->dtype),
@@ -695,11 +629,11 @@ static void check_lookup_final(const shared *sh, const char *what) {
     for (i = offsets[t]; i < offsets[t + 1]; i++, row += ti->row_bytes) {
       uint32_t g = sh->done[t][ranks[i]];
       if (g == 0) {
-        ck_assert_msg(is_zero(row, ti->row_bytes) && where[i] == EMC_WHERE_ABSENT,
+        ck_assert_msg(emct_is_zero(row, ti->row_bytes) && where[i] == EMC_WHERE_ABSENT,
                       "%s: table %u rank %llu never written: where %u, zero %d", what, t,
-                      (unsigned long long)ranks[i], where[i], is_zero(row, ti->row_bytes));
+                      (unsigned long long)ranks[i], where[i], emct_is_zero(row, ti->row_bytes));
       } else {
-        int64_t got = decode_gen(t, ranks[i], ti->dim, ti->dtype, row, scratch);
+        int64_t got = emct_gen_decode(t, ranks[i], ti->dim, ti->dtype, row, scratch);
         ck_assert_msg(got == (int64_t)g && where[i] != EMC_WHERE_ABSENT,
                       "%s: table %u (%s %s) rank %llu: quiescent lookup gave generation %lld "
                       "(where %u), the last inserted is %u", what, t, kind_name(ti->kind),
@@ -779,7 +713,7 @@ static void run_traffic(const run_config *rc, uint64_t seed, uint32_t iter_pct, 
     ti->row_bytes = w.row_bytes[t];
     ti->universe = w.spec[t].universe;
     ti->present = w.spec[t].present;
-    ck_assert_msg((static_mode || ti->universe <= MAX_UNIVERSE) && ti->universe >= HOT,
+    ck_assert_msg((static_mode || ti->universe <= EMCT_GEN_MAX_UNIVERSE) && ti->universe >= HOT,
                   "test sizes: universe");
     ck_assert_msg(ti->kind == EMC_TABLE_DENSE || ti->universe <= w.spec[t].rows,
                   "test sizes: hashed capacity below the universe");
@@ -794,7 +728,7 @@ static void run_traffic(const run_config *rc, uint64_t seed, uint32_t iter_pct, 
       ck_assert(rows && ids);
       for (r = 0; r < ti->present; r++) {
         ids[r] = emct_id_of(&w, t, r);
-        gen_row(t, r, 1, ti->dim, ti->dtype, rows + r * ti->row_bytes);
+        emct_gen_row(t, r, 1, ti->dim, ti->dtype, rows + r * ti->row_bytes);
         sh.started[t][r] = sh.done[t][r] = 1;
       }
       EMCT_OK(emc_store_write(w.store, t, ids, ti->present, rows));
