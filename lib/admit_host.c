@@ -63,7 +63,7 @@ int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t 
 
 int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int *collision) {
   emc__host_cache *h = c->host;
-  int64_t pos = emc__index_find(&h->ix, key);
+  int64_t pos = emc__hix_find(&h->ix, key);
   uint64_t lm;
   *collision = 0;
   if (pos < 0) return -1;

@@ -54,6 +54,7 @@ emc_status emc__host_create(emc_cache *c) {
   h->low_bytes = g.low_bytes;
   h->page_bytes = g.page_bytes;
   h->max_slots = g.max_slots;
+  h->slots_magic = g.max_slots > 1 ? UINT64_MAX / g.max_slots + 1u : 0;
   h->max_stride = g.max_stride;
   h->max_rows = g.max_rows;
   h->n_pages = g.n_pages;

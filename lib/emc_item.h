@@ -106,7 +106,10 @@ extern void (*emc__tp_hook)(int kind, const char *what);
  * for each (never elided, fused with another or repeated), and the protocol needs nothing
  * more of them: a copy that raced a writer is torn at worst, and the validation that follows
  * every copy (the entry's or the stripe's version re-read after an acquire fence) discards
- * it. The ThreadSanitizer build (EMC_SANITIZE=thread) and the device keep the relaxed-atomic
+ * it. Writers store rows the same way (emc__row_store; volatile 16-byte stores, one writer at
+ * a time under its lock), between a BUSY entry word or an odd stripe version and the fresh
+ * one that ends the write, so a reader that saw any of those stores fails its validation.
+ * The ThreadSanitizer build (EMC_SANITIZE=thread) and the device keep the relaxed-atomic
  * path, so the protocol is checked under TSan with C11 atomics. */
 #if !defined(__CUDACC__) && !defined(__CUDA_ARCH__) && !defined(EMCSIM) && \
     (defined(__x86_64__) || defined(__aarch64__)) && !defined(__SANITIZE_THREAD__)
@@ -126,6 +129,8 @@ extern void (*emc__tp_hook)(int kind, const char *what);
 typedef long long emc__v16 __attribute__((vector_size(16), may_alias, aligned(1)));
 /* 16 bytes of a version-protected row at p (one load) */
 static inline emc__v16 emc__v16_load(const void *p) { return *(const volatile emc__v16 *)p; }
+/* 16 bytes into a version-protected row at p (one store; writers only, under their lock) */
+static inline void emc__v16_store(void *p, emc__v16 v) { *(volatile emc__v16 *)p = v; }
 #endif
 
 /* Copy `bytes` bytes from a version-protected row (src) to private memory (dst) with
@@ -139,7 +144,15 @@ EMC_HD void emc__row_load(void *dst, const void *src, size_t bytes) {
   if (bytes >= 16) { /* whole vectors, then the last 16 bytes (overlapping) */
     const unsigned char *sc = (const unsigned char *)src;
     size_t n = bytes / 16;
-    for (i = 0; i < n; i++) {
+    for (i = 0; i + 4 <= n; i += 4) { /* a line at a time: four loads, then four stores */
+      emc__v16 v0 = emc__v16_load(sc + 16 * i), v1 = emc__v16_load(sc + 16 * i + 16),
+               v2 = emc__v16_load(sc + 16 * i + 32), v3 = emc__v16_load(sc + 16 * i + 48);
+      memcpy(d + 16 * i, &v0, 16);
+      memcpy(d + 16 * i + 16, &v1, 16);
+      memcpy(d + 16 * i + 32, &v2, 16);
+      memcpy(d + 16 * i + 48, &v3, 16);
+    }
+    for (; i < n; i++) {
       emc__v16 v = emc__v16_load(sc + 16 * i);
       memcpy(d + 16 * i, &v, 16);
     }
@@ -171,12 +184,30 @@ EMC_HD void emc__row_load(void *dst, const void *src, size_t bytes) {
   }
 }
 
-/* Store `bytes` bytes into a version-protected row with relaxed atomic stores; the padding
- * up to a multiple of 4 bytes is zeroed. */
+/* Store `bytes` bytes into a version-protected row with relaxed atomic stores (host vector
+ * stores where the build allows: see "host vector reads"; a torn row is never validated, as
+ * readers see the row's BUSY entry word or odd version around the stores); the padding up to
+ * a multiple of 4 bytes is zeroed. */
 EMC_HD void emc__row_store(void *dst, const void *src, size_t bytes) {
   uint32_t *d = (uint32_t *)dst;
   const unsigned char *s = (const unsigned char *)src;
   size_t words = bytes / 4, i;
+#if EMC__HOST_VEC
+  if (bytes >= 16 && (bytes & 3u) == 0) { /* whole vectors, then the last 16 bytes again */
+    unsigned char *dc = (unsigned char *)dst;
+    size_t n = bytes / 16;
+    emc__v16 v;
+    for (i = 0; i < n; i++) {
+      memcpy(&v, s + 16 * i, 16);
+      emc__v16_store(dc + 16 * i, v);
+    }
+    if (bytes & 15u) {
+      memcpy(&v, s + bytes - 16, 16);
+      emc__v16_store(dc + bytes - 16, v);
+    }
+    return;
+  }
+#endif
   for (i = 0; i < words; i++) {
     uint32_t v;
     memcpy(&v, s + 4 * i, 4);

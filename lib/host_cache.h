@@ -53,6 +53,7 @@ struct emc__host_cache {
   uint64_t page_bytes;
   uint32_t n_pages;
   uint32_t max_slots;         /* slots per page of the densest layout (handle = p * max_slots + s) */
+  uint64_t slots_magic;       /* 2^64 / max_slots rounded up (emc__slot_split); 0 when max_slots 1 */
   uint32_t max_stride;        /* widest row slot */
   uint32_t free_page_head;    /* arena's free pages, linked by hdr.next */
   uint32_t free_pages;
@@ -119,11 +120,20 @@ static inline unsigned char *emc__page_at(const emc__host_cache *h, uint64_t p) 
 static inline emc__page_hdr *emc__hdr_at(const emc__host_cache *h, uint64_t p) {
   return (emc__page_hdr *)emc__page_at(h, p);
 }
+/* Page and slot of handle loc (loc / max_slots, loc % max_slots) by a multiply: exact for
+ * every 32-bit loc and max_slots (Lemire, Kaser and Kurz, "Faster remainder by direct
+ * computation", 2019). */
+static inline void emc__slot_split(const emc__host_cache *h, uint32_t loc, uint32_t *p, uint32_t *s) {
+  uint32_t q = h->slots_magic ? (uint32_t)emc__mulhi(h->slots_magic, loc) : loc;
+  *p = q;
+  *s = loc - q * h->max_slots;
+}
 /* Row address of slot handle `loc` under table t's layout, or NULL when the handle cannot be
  * a slot of table t (a stale loc: the reader's validation then fails anyway). */
 static inline unsigned char *emc__slot_addr(const emc__host_cache *h, uint32_t t, uint32_t loc,
                                             unsigned char **page) {
-  uint32_t p = loc / h->max_slots, s = loc % h->max_slots;
+  uint32_t p, s;
+  emc__slot_split(h, loc, &p, &s);
   if (p >= h->n_pages || s >= h->layout[t].n_slots) return NULL;
   *page = emc__page_at(h, p);
   return emc__slot_row(*page, &h->layout[t], s);
@@ -134,54 +144,62 @@ static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
   return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
 }
 
-/* Match and EMPTY masks of the bucket of keys at p (bit s: slot s), from vector loads. */
+/* Match and EMPTY masks of bucket b for key, from vector loads and compares: bit 2s (never an
+ * odd bit) says slot s matches / is EMPTY. The 32-bit compares of a bucket are packed into
+ * bytes (16 of them: two per 32-bit key, or one per half of a 64-bit key) and taken with one
+ * movemask; a 64-bit key matches where both of its halves do. */
 #if EMC__HOST_VEC && defined(__x86_64__)
 static inline void emc__hix_masks(const emc__index_view *ix, uint64_t b, uint64_t key,
                                   uint32_t *match, uint32_t *emp) {
-  uint32_t m = 0, e = 0;
-  unsigned v;
-  if (ix->key_bits == 32) { /* 8 keys: two vectors of four */
+  const __m128i ee = _mm_set1_epi32(-1);
+  uint32_t m, e;
+  if (ix->key_bits == 32) { /* 8 keys: two vectors of four; 16-bit lanes, two bits per key */
     const uint32_t *p = (const uint32_t *)ix->keys + b * EMC__BUCKET;
-    const __m128i kk = _mm_set1_epi32((int)(uint32_t)key), ee = _mm_set1_epi32(-1);
-    for (v = 0; v < 2; v++) {
-      __m128i x = (__m128i)emc__v16_load(p + 4 * v);
-      m |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, kk))) << (4 * v);
-      e |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, ee))) << (4 * v);
-    }
-  } else { /* 8 keys: four vectors of two; a 64-bit lane matches when both halves do */
+    const __m128i kk = _mm_set1_epi32((int)(uint32_t)key);
+    __m128i x0 = (__m128i)emc__v16_load(p), x1 = (__m128i)emc__v16_load(p + 4);
+    m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi32(_mm_cmpeq_epi32(x0, kk), _mm_cmpeq_epi32(x1, kk)));
+    e = (uint32_t)_mm_movemask_epi8(_mm_packs_epi32(_mm_cmpeq_epi32(x0, ee), _mm_cmpeq_epi32(x1, ee)));
+  } else { /* 8 keys: four vectors of two; bytes, one per half */
     const uint64_t *p = (const uint64_t *)ix->keys + b * EMC__BUCKET;
-    const __m128i kk = _mm_set1_epi64x((long long)key), ee = _mm_set1_epi32(-1);
-    for (v = 0; v < 4; v++) {
-      __m128i x = (__m128i)emc__v16_load(p + 2 * v), c = _mm_cmpeq_epi32(x, kk),
-              d = _mm_cmpeq_epi32(x, ee);
-      c = _mm_and_si128(c, _mm_shuffle_epi32(c, _MM_SHUFFLE(2, 3, 0, 1)));
-      d = _mm_and_si128(d, _mm_shuffle_epi32(d, _MM_SHUFFLE(2, 3, 0, 1)));
-      m |= (uint32_t)_mm_movemask_pd(_mm_castsi128_pd(c)) << (2 * v);
-      e |= (uint32_t)_mm_movemask_pd(_mm_castsi128_pd(d)) << (2 * v);
-    }
+    const __m128i kk = _mm_set1_epi64x((long long)key);
+    __m128i x0 = (__m128i)emc__v16_load(p), x1 = (__m128i)emc__v16_load(p + 2),
+            x2 = (__m128i)emc__v16_load(p + 4), x3 = (__m128i)emc__v16_load(p + 6);
+    m = (uint32_t)_mm_movemask_epi8(
+        _mm_packs_epi16(_mm_packs_epi32(_mm_cmpeq_epi32(x0, kk), _mm_cmpeq_epi32(x1, kk)),
+                        _mm_packs_epi32(_mm_cmpeq_epi32(x2, kk), _mm_cmpeq_epi32(x3, kk))));
+    e = (uint32_t)_mm_movemask_epi8(
+        _mm_packs_epi16(_mm_packs_epi32(_mm_cmpeq_epi32(x0, ee), _mm_cmpeq_epi32(x1, ee)),
+                        _mm_packs_epi32(_mm_cmpeq_epi32(x2, ee), _mm_cmpeq_epi32(x3, ee))));
+    m &= m >> 1;
+    e &= e >> 1;
   }
-  *match = m;
-  *emp = e;
+  *match = m & 0x5555u;
+  *emp = e & 0x5555u;
 }
 #endif
 
-/* Probe for key: emc__index_find's answer (tests hold them equal), each bucket's keys read by
- * vector loads and matched by vector compares where the build allows (SSE2 on x86-64:
- * emc_item.h, "host vector reads"); elsewhere emc__index_find itself. */
-static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
+/* Probe for key from bucket b (its home bucket): emc__index_find's answer (tests hold them
+ * equal), each bucket's keys read by vector loads and matched by vector compares where the
+ * build allows (SSE2 on x86-64: emc_item.h, "host vector reads"); elsewhere emc__index_find
+ * itself. */
+static inline int64_t emc__hix_find_from(const emc__index_view *ix, uint64_t b, uint64_t key) {
 #if EMC__HOST_VEC && defined(__x86_64__)
-  uint64_t b = emc__home_bucket(key, ix->n_buckets), n;
+  uint64_t n;
   for (n = 0; n < ix->n_buckets; n++) {
     uint32_t m, e;
     emc__hix_masks(ix, b, key, &m, &e);
-    if (m) return (int64_t)(b * EMC__BUCKET + (uint64_t)__builtin_ctz(m));
+    if (m) return (int64_t)(b * EMC__BUCKET + ((uint64_t)__builtin_ctz(m) >> 1));
     if (e) return -1;
     if (++b == ix->n_buckets) b = 0;
   }
   return -1;
 #else
+  (void)b;
   return emc__index_find(ix, key);
 #endif
+}
+static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
+  return emc__hix_find_from(ix, emc__home_bucket(key, ix->n_buckets), key);
 }
 
 /* ---------------------------------------------------------------- admit_host.c */

@@ -117,26 +117,12 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
   }
 }
 
-/* ================================================================= the pipeline */
-#define PIPE_D 8u    /* positions between two stages */
-#define PIPE_RING 32u /* > 3 * PIPE_D, a power of two */
-
-enum { P_HIT = 0, P_MISS = 1, P_SLOW = 2 };
-typedef struct pipe_slot {
-  uint64_t key, lm1;
-  int64_t pos;      /* index position (P_HIT), store row (P_MISS: -1 absent) */
-  unsigned char *src, *pg;
-  uint32_t t;       /* table of the position */
-  uint32_t e1;      /* re-pack epoch before the probe */
-  uint8_t state;
-} pipe_slot;
-
-/* What a lookup's reads found, counted as each position is decided. */
+/* What a lookup's reads found. */
 typedef struct tally {
   uint64_t hits, misses, absent, unified, to_admit;
 } tally;
 
-/* Position i was decided as k: its where code, and the counts. */
+/* Position i was decided as k (the per-row path): its where code, and the counts. */
 static inline void tally_add(tally *n, uint8_t *where, uint64_t i, uint8_t k) {
   uint8_t base = k & 3u;
   if (where)
@@ -149,21 +135,50 @@ static inline void tally_add(tally *n, uint8_t *where, uint64_t i, uint8_t k) {
   n->to_admit += (k & EMC__R_ADMIT) != 0;
 }
 
-/* What every stage needs: the call's arguments and its ring. */
+/* ================================================================= the pipeline */
+#define PIPE_D 8u    /* positions between two stages */
+#define PIPE_RING 32u /* > 3 * PIPE_D, a power of two */
+
+enum { P_HIT = 0, P_MISS = 1, P_SLOW = 2 };
+typedef struct pipe_slot {
+  uint64_t key, lm1;
+  uint64_t b;                /* home bucket (stage A) */
+  int64_t pos;               /* index position (P_HIT), store row (P_MISS: -1 absent) */
+  const unsigned char *src;  /* the slot's row (P_HIT) */
+  const uint64_t *owner;     /* the slot's owner id (hashed tables), else NULL */
+  const emc__table *tb;      /* store table of the position */
+  uint32_t t, rb;            /* its table, row bytes */
+  uint32_t e1;               /* re-pack epoch before the probe */
+  uint8_t state;
+} pipe_slot;
+
+/* Where code of a read's kind (its base kind: the low two bits). */
+static const uint8_t where_of[16] = {
+    EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT, 0, EMC_WHERE_CACHE, EMC_WHERE_STORE,
+    EMC_WHERE_ABSENT, 0, EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT, 0,
+    EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT, 0};
+
+/* What every stage needs: the call's arguments and constants (no array that is indexed by a
+ * variable, so the compiler keeps the fields in registers; the ring is apart). */
 typedef struct pipe {
   emc_cache *c;
   emc__host_cache *h;
   const emc_store *s;
-  const emc__index_view *ix;
+  emc__index_view ix;   /* a copy: the index never moves during a cache's life */
   const uint64_t *ids, *offsets;
   uint64_t *keys;
   uint8_t *kind, *where;
-  tally *n;
+  uint64_t *cnt;        /* 16 counts, by kind */
   unsigned char *dst;   /* stage D's next row */
   uint64_t now;
-  uint32_t ta;          /* stage A's table cursor */
+  /* stage A's table cursor and what it takes from its table */
+  uint64_t a_end;       /* offsets[ta + 1] */
+  uint32_t ta, a_rb;
+  const emc__table *a_tb;
+  uint64_t a_hi, a_mask;  /* the table's code, shifted; the feature bits' mask */
+  uint32_t a_shift;       /* emc__mix's xorshift for the feature bits */
+  int a_dense;
   uint16_t stamp;
-  pipe_slot ring[PIPE_RING];
 } pipe;
 
 static inline void prefetch_lines(const void *p, uint32_t bytes) {
@@ -171,32 +186,60 @@ static inline void prefetch_lines(const void *p, uint32_t bytes) {
   for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
 }
 
+/* Key, lm, stamp addresses for a key width known at compile time (KB 32 or 64). */
+#define PIX_KEY(P, KB, i)                                                                          \
+  ((KB) == 32 ? (uint64_t)EMC_LD_RELAXED((const uint32_t *)(P)->ix.keys + (i))                    \
+              : EMC_LD_RELAXED((const uint64_t *)(P)->ix.keys + (i)))
+
 /* A: the key of position k, its table; prefetch its home bucket */
-static inline __attribute__((always_inline)) void stage_a(pipe *P, uint64_t k) {
-  pipe_slot *p = &P->ring[k % PIPE_RING];
-  const emc__index_view *ix = P->ix;
-  uint64_t b;
-  while (P->offsets[P->ta + 1] <= k) P->ta++;
+static inline __attribute__((always_inline)) void stage_a(pipe *P, pipe_slot *ring, uint64_t k,
+                                                          const uint32_t KB) {
+  pipe_slot *p = &ring[k % PIPE_RING];
+  if (k >= P->a_end) { /* the next table with ids */
+    do P->ta++; while (P->offsets[P->ta + 1] <= k);
+    P->a_end = P->offsets[P->ta + 1];
+    {
+      const emc__table_code *tc = &P->c->codec.tables[P->ta];
+      P->a_tb = &P->s->tables[P->ta];
+      P->a_rb = P->a_tb->row_bytes;
+      P->a_hi = tc->fbits >= 64 ? 0 : tc->code << tc->fbits;
+      P->a_mask = tc->fbits >= 64 ? ~0ull : ((1ull << tc->fbits) - 1u);
+      P->a_shift = (tc->fbits + 1u) / 2u;
+      P->a_dense = tc->kind == EMC_TABLE_DENSE;
+    }
+  }
   p->t = P->ta;
-  p->key = P->keys[k] = emc__global_key(&P->c->codec.tables[P->ta], P->ids[k], P->c->codec.hash_seed);
-  b = emc__home_bucket(p->key, ix->n_buckets) * EMC__BUCKET;
-  __builtin_prefetch(ix->key_bits == 32 ? (const void *)((const uint32_t *)ix->keys + b)
-                                        : (const void *)((const uint64_t *)ix->keys + b));
+  p->tb = P->a_tb;
+  p->rb = P->a_rb;
+  { /* emc__global_key, with the table's constants taken once (tests compare the paths) */
+    uint64_t id = P->ids[k], x;
+    if (P->a_dense) {
+      x = id & P->a_mask;
+      x ^= x >> P->a_shift;
+      x = (x * EMC__MIX_MUL) & P->a_mask;
+      x ^= x >> P->a_shift;
+    } else {
+      x = emc__xxh3_u64(id, P->c->codec.hash_seed) & P->a_mask;
+    }
+    p->key = P->keys[k] = P->a_hi | x;
+  }
+  p->b = emc__home_bucket(p->key, P->ix.n_buckets);
+  __builtin_prefetch(KB == 32 ? (const void *)((const uint32_t *)P->ix.keys + p->b * EMC__BUCKET)
+                              : (const void *)((const uint64_t *)P->ix.keys + p->b * EMC__BUCKET));
 }
 
 /* B: epoch, probe; prefetch the entry word and stamp (a miss: the store map's slot) */
-static inline __attribute__((always_inline)) void stage_b(pipe *P, uint64_t k) {
-  pipe_slot *p = &P->ring[k % PIPE_RING];
-  const emc__index_view *ix = P->ix;
-  p->e1 = EMC_LD_ACQUIRE(ix->epoch);
-  p->pos = emc__hix_find(ix, p->key);
+static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ring, uint64_t k) {
+  pipe_slot *p = &ring[k % PIPE_RING];
+  p->e1 = EMC_LD_ACQUIRE(P->ix.epoch);
+  p->pos = emc__hix_find_from(&P->ix, p->b, p->key);
   EMC__TP(EMC__TP_READ, "read: probed");
   if (p->pos >= 0) {
     p->state = P_HIT;
-    __builtin_prefetch(&ix->lm[p->pos], 0, 3);
-    __builtin_prefetch(&ix->stamps[p->pos], 1, 3);
+    __builtin_prefetch(&P->ix.lm[p->pos], 0, 3);
+    __builtin_prefetch(&P->ix.stamps[p->pos], 1, 3);
   } else {
-    const emc__table *t = &P->s->tables[p->t];
+    const emc__table *t = p->tb;
     p->state = P_MISS;
     if (t->kind == EMC_TABLE_HASHED) {
       uint64_t m = emc__map_home(P->ids[k], t->map_cap);
@@ -207,60 +250,66 @@ static inline __attribute__((always_inline)) void stage_b(pipe *P, uint64_t k) {
 }
 
 /* C: the entry word lm1; prefetch the row it names (a miss: find the store row, prefetch it) */
-static inline __attribute__((always_inline)) void stage_c(pipe *P, uint64_t k) {
-  pipe_slot *p = &P->ring[k % PIPE_RING];
-  emc__host_cache *h = P->h;
-  const emc__table *t = &P->s->tables[p->t];
+static inline __attribute__((always_inline)) void stage_c(pipe *P, pipe_slot *ring, uint64_t k) {
+  pipe_slot *p = &ring[k % PIPE_RING];
+  const emc__host_cache *h = P->h;
   if (p->state == P_HIT) {
-    uint32_t loc;
-    p->lm1 = emc__ix_lm(P->ix, (uint64_t)p->pos);
+    uint32_t loc, pg, s;
+    const emc__page_layout *L;
+    p->lm1 = EMC_LD_RELAXED(&P->ix.lm[p->pos]);
     EMC__TP(EMC__TP_READ, "read: entry loaded");
     loc = emc__lm_loc(p->lm1);
-    if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) ||
-        !(p->src = emc__slot_addr(h, p->t, loc, &p->pg))) {
+    emc__slot_split(h, loc, &pg, &s);
+    L = &h->layout[p->t];
+    if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) || pg >= h->n_pages || s >= L->n_slots) {
       p->state = P_SLOW;
     } else {
-      prefetch_lines(p->src, t->row_bytes);
-      if (h->layout[p->t].off_owner)
-        __builtin_prefetch(emc__slot_owner(p->pg, &h->layout[p->t], loc % h->max_slots), 0, 3);
+      unsigned char *page = emc__page_at(h, pg);
+      p->src = emc__slot_row(page, L, s);
+      prefetch_lines(p->src, p->rb);
+      p->owner = NULL;
+      if (L->off_owner) {
+        p->owner = emc__slot_owner(page, L, s);
+        __builtin_prefetch(p->owner, 0, 3);
+      }
     }
   } else { /* P_MISS: the store row */
+    const emc__table *t = p->tb;
     int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)P->ids[k] : emc__store_find(t, P->ids[k]);
     p->pos = row;
     if (row >= 0) {
-      prefetch_lines(emc__store_row(t, (uint64_t)row), t->row_bytes);
+      prefetch_lines(emc__store_row(t, (uint64_t)row), p->rb);
       __builtin_prefetch(&P->s->stripes[emc__store_stripe(p->t, (uint64_t)row)], 0, 3);
     }
   }
 }
 
 /* D: acquire fence; copy and validate (a miss: epoch again, store read); else read_row */
-static inline __attribute__((always_inline)) void stage_d(pipe *P, uint64_t k) {
-  pipe_slot *p = &P->ring[k % PIPE_RING];
-  emc__host_cache *h = P->h;
-  const emc__index_view *ix = P->ix;
-  const emc__table *t = &P->s->tables[p->t];
+static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ring, uint64_t k,
+                                                          const uint32_t KB) {
+  pipe_slot *p = &ring[k % PIPE_RING];
   uint8_t r = 0xff;
   EMC_FENCE_ACQUIRE();
   if (p->state == P_HIT) {
-    const emc__page_layout *L = &h->layout[p->t];
-    uint64_t owner = P->ids[k];
-    if (L->off_owner)
-      owner = EMC_LD_RELAXED(emc__slot_owner(p->pg, L, emc__lm_loc(p->lm1) % h->max_slots));
-    emc__row_load(P->dst, p->src, t->row_bytes);
+    uint64_t owner = p->owner ? EMC_LD_RELAXED(p->owner) : P->ids[k], key2, lm2;
+    emc__row_load(P->dst, p->src, p->rb);
     EMC__TP(EMC__TP_READ, "read: row copied");
-    if (!emc__entry_recheck(ix, (uint64_t)p->pos, p->key, p->lm1)) {
-      EMC__CNT_ADD(h->n_retries, 1); /* counted as read_row counts its own */
+    /* emc__entry_recheck, for this key width */
+    key2 = PIX_KEY(P, KB, (uint64_t)p->pos);
+    EMC_FENCE_ACQUIRE();
+    lm2 = EMC_LD_RELAXED(&P->ix.lm[p->pos]);
+    if (!(key2 == p->key && emc__lm_same(p->lm1, lm2))) {
+      EMC__CNT_ADD(P->h->n_retries, 1); /* counted as read_row counts its own */
     } else if (owner == P->ids[k]) {
-      if (EMC_LD_RELAXED(&ix->stamps[p->pos]) != P->stamp)
-        EMC_ST_RELAXED(&ix->stamps[p->pos], P->stamp);
+      if (EMC_LD_RELAXED(&P->ix.stamps[p->pos]) != P->stamp)
+        EMC_ST_RELAXED(&P->ix.stamps[p->pos], P->stamp);
       r = EMC__R_HIT;
     }
-  } else if (p->state == P_MISS && ((p->e1 & 1u) || EMC_LD_RELAXED(ix->epoch) != p->e1)) {
-    EMC__CNT_ADD(h->n_retries, 1);
+  } else if (p->state == P_MISS && ((p->e1 & 1u) || EMC_LD_RELAXED(P->ix.epoch) != p->e1)) {
+    EMC__CNT_ADD(P->h->n_retries, 1);
   } else if (p->state == P_MISS) {
     if (p->pos < 0) {
-      memset(P->dst, 0, t->row_bytes);
+      memset(P->dst, 0, p->rb);
       r = EMC__R_ABSENT;
     } else {
       emc__store_row_read(P->s, p->t, (uint64_t)p->pos, P->dst);
@@ -272,8 +321,29 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, uint64_t k) {
     r = read_row(P->c, p->t, P->ids[k], p->key, P->dst, P->now);
   }
   P->kind[k] = r;
-  tally_add(P->n, P->where, k, r);
-  P->dst += t->row_bytes;
+  P->cnt[r & 15u]++;
+  if (P->where) P->where[k] = where_of[r & 15u];
+  P->dst += p->rb;
+}
+
+/* The pipeline for a key width known at compile time. */
+static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t total,
+                                                           const uint32_t KB) {
+  pipe_slot ring[PIPE_RING];
+  uint64_t j;
+  for (j = 0; j < total + 3 * PIPE_D; j++) {
+    if (j >= 3 * PIPE_D && j < total) { /* the steady state: every stage has a position */
+      stage_a(P, ring, j, KB);
+      stage_b(P, ring, j - PIPE_D);
+      stage_c(P, ring, j - 2 * PIPE_D);
+      stage_d(P, ring, j - 3 * PIPE_D, KB);
+      continue;
+    }
+    if (j < total) stage_a(P, ring, j, KB);
+    if (j >= PIPE_D && j - PIPE_D < total) stage_b(P, ring, j - PIPE_D);
+    if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) stage_c(P, ring, j - 2 * PIPE_D);
+    if (j >= 3 * PIPE_D) stage_d(P, ring, j - 3 * PIPE_D, KB);
+  }
 }
 
 /* The batched read of positions [0, total): rows into out, kinds into kind[] and where[]
@@ -282,33 +352,37 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
                            uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
                            uint8_t *where, tally *n, uint64_t now) {
   pipe P;
-  uint64_t j;
+  uint64_t cnt[16] = {0};
+  unsigned r;
   P.c = c;
   P.h = c->host;
   P.s = c->store;
-  P.ix = &c->host->ix;
+  P.ix = c->host->ix;
   P.ids = ids;
   P.offsets = offsets;
   P.keys = keys;
   P.kind = kind;
   P.where = where;
-  P.n = n;
+  P.cnt = cnt;
   P.dst = out;
   P.now = now;
-  P.ta = 0;
   P.stamp = emc__stamp_of(now);
-  for (j = 0; j < total + 3 * PIPE_D; j++) {
-    if (j >= 3 * PIPE_D && j < total) { /* the steady state: every stage has a position */
-      stage_a(&P, j);
-      stage_b(&P, j - PIPE_D);
-      stage_c(&P, j - 2 * PIPE_D);
-      stage_d(&P, j - 3 * PIPE_D);
-      continue;
-    }
-    if (j < total) stage_a(&P, j);
-    if (j >= PIPE_D && j - PIPE_D < total) stage_b(&P, j - PIPE_D);
-    if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) stage_c(&P, j - 2 * PIPE_D);
-    if (j >= 3 * PIPE_D) stage_d(&P, j - 3 * PIPE_D);
+  P.ta = (uint32_t)-1; /* stage A's first position moves the cursor to its table */
+  P.a_end = 0;
+  P.a_tb = NULL;
+  P.a_rb = 0;
+  P.a_hi = P.a_mask = 0;
+  P.a_shift = 0;
+  P.a_dense = 1;
+  if (P.ix.key_bits == 32) pipe_run(&P, total, 32);
+  else pipe_run(&P, total, 64);
+  for (r = 0; r < 16; r++) {
+    if (!cnt[r]) continue;
+    n->hits += (r & 3u) == EMC__R_HIT ? cnt[r] : 0;
+    n->misses += (r & 3u) == EMC__R_STORE ? cnt[r] : 0;
+    n->absent += (r & 3u) == EMC__R_ABSENT ? cnt[r] : 0;
+    n->unified += (r & EMC__R_UNIFIED) ? cnt[r] : 0;
+    n->to_admit += (r & EMC__R_ADMIT) ? cnt[r] : 0;
   }
 }
 
