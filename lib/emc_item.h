@@ -142,19 +142,20 @@ EMC_HD void emc__row_load(void *dst, const void *src, size_t bytes) {
   size_t words = bytes / 4, i;
 #if EMC__HOST_VEC
   if (bytes >= 16) { /* whole vectors, then the last 16 bytes (overlapping) */
-    const unsigned char *sc = (const unsigned char *)src;
-    size_t n = bytes / 16;
-    for (i = 0; i + 4 <= n; i += 4) { /* a line at a time: four loads, then four stores */
-      emc__v16 v0 = emc__v16_load(sc + 16 * i), v1 = emc__v16_load(sc + 16 * i + 16),
-               v2 = emc__v16_load(sc + 16 * i + 32), v3 = emc__v16_load(sc + 16 * i + 48);
-      memcpy(d + 16 * i, &v0, 16);
-      memcpy(d + 16 * i + 16, &v1, 16);
-      memcpy(d + 16 * i + 32, &v2, 16);
-      memcpy(d + 16 * i + 48, &v3, 16);
+    const unsigned char *sc = (const unsigned char *)src, *sp = sc;
+    const unsigned char *lines = sc + (bytes & ~(size_t)63), *vecs = sc + (bytes & ~(size_t)15);
+    unsigned char *dp = d;
+    for (; sp < lines; sp += 64, dp += 64) { /* a line at a time: four loads, then four stores */
+      emc__v16 v0 = emc__v16_load(sp), v1 = emc__v16_load(sp + 16), v2 = emc__v16_load(sp + 32),
+               v3 = emc__v16_load(sp + 48);
+      memcpy(dp, &v0, 16);
+      memcpy(dp + 16, &v1, 16);
+      memcpy(dp + 32, &v2, 16);
+      memcpy(dp + 48, &v3, 16);
     }
-    for (; i < n; i++) {
-      emc__v16 v = emc__v16_load(sc + 16 * i);
-      memcpy(d + 16 * i, &v, 16);
+    for (; sp < vecs; sp += 16, dp += 16) {
+      emc__v16 v = emc__v16_load(sp);
+      memcpy(dp, &v, 16);
     }
     if (bytes & 15u) {
       emc__v16 v = emc__v16_load(sc + bytes - 16);

@@ -183,7 +183,11 @@ typedef struct pipe {
 
 static inline void prefetch_lines(const void *p, uint32_t bytes) {
   const char *a = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
-  for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
+  for (; a + 64 < end; a += 128) { /* two lines a step */
+    __builtin_prefetch(a, 0, 3);
+    __builtin_prefetch(a + 64, 0, 3);
+  }
+  if (a < end) __builtin_prefetch(a, 0, 3);
 }
 
 /* Key, lm, stamp addresses for a key width known at compile time (KB 32 or 64). */
@@ -286,7 +290,7 @@ static inline __attribute__((always_inline)) void stage_c(pipe *P, pipe_slot *ri
 
 /* D: acquire fence; copy and validate (a miss: epoch again, store read); else read_row */
 static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ring, uint64_t k,
-                                                          const uint32_t KB) {
+                                                          const uint32_t KB, const int WH) {
   pipe_slot *p = &ring[k % PIPE_RING];
   uint8_t r = 0xff;
   EMC_FENCE_ACQUIRE();
@@ -322,13 +326,13 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
   }
   P->kind[k] = r;
   P->cnt[r & 15u]++;
-  if (P->where) P->where[k] = where_of[r & 15u];
+  if (WH) P->where[k] = where_of[r & 15u];
   P->dst += p->rb;
 }
 
-/* The pipeline for a key width known at compile time. */
+/* The pipeline for a key width, and whether where[] is written, known at compile time. */
 static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t total,
-                                                           const uint32_t KB) {
+                                                           const uint32_t KB, const int WH) {
   pipe_slot ring[PIPE_RING];
   uint64_t j;
   for (j = 0; j < total + 3 * PIPE_D; j++) {
@@ -336,13 +340,13 @@ static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t tot
       stage_a(P, ring, j, KB);
       stage_b(P, ring, j - PIPE_D);
       stage_c(P, ring, j - 2 * PIPE_D);
-      stage_d(P, ring, j - 3 * PIPE_D, KB);
+      stage_d(P, ring, j - 3 * PIPE_D, KB, WH);
       continue;
     }
     if (j < total) stage_a(P, ring, j, KB);
     if (j >= PIPE_D && j - PIPE_D < total) stage_b(P, ring, j - PIPE_D);
     if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) stage_c(P, ring, j - 2 * PIPE_D);
-    if (j >= 3 * PIPE_D) stage_d(P, ring, j - 3 * PIPE_D, KB);
+    if (j >= 3 * PIPE_D) stage_d(P, ring, j - 3 * PIPE_D, KB, WH);
   }
 }
 
@@ -374,8 +378,13 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
   P.a_hi = P.a_mask = 0;
   P.a_shift = 0;
   P.a_dense = 1;
-  if (P.ix.key_bits == 32) pipe_run(&P, total, 32);
-  else pipe_run(&P, total, 64);
+  if (P.ix.key_bits == 32) {
+    if (where) pipe_run(&P, total, 32, 1);
+    else pipe_run(&P, total, 32, 0);
+  } else {
+    if (where) pipe_run(&P, total, 64, 1);
+    else pipe_run(&P, total, 64, 0);
+  }
   for (r = 0; r < 16; r++) {
     if (!cnt[r]) continue;
     n->hits += (r & 3u) == EMC__R_HIT ? cnt[r] : 0;
