@@ -6,7 +6,8 @@
  *              cooperative probe's twin: a bucket judged from its match / EMPTY ballots by
  *              emc__probe_step) and the host's vector probe emc__hix_find agree with a plain set of the keys inserted, at loads up to
  *              full, with tombstones, with many keys of one home bucket, across the wrap
- *              round the end of the index, for 32- and 64-bit keys
+ *              round the end of the index, for 32- and 64-bit keys; keys that share a half
+ *              (of a 64-bit key, or a 16-bit pack of a 32-bit one) with a present key or EMPTY
  *   repack     after emc__index_repack of every cluster: every key still found, no tombstone
  *              left in a re-packed cluster, every entry's lm and stamp unchanged, probes of
  *              absent keys stop; random insert / remove / re-pack sequences against a model
@@ -204,6 +205,46 @@ START_TEST(probe_full_buckets_and_wrap) {
     /* a key homed in a full bucket whose path is all tombstones and entries still ends */
     tix_insert(&x, key_homed(&x, nb - 1));
     tix_check(&x, "reuse of a tombstone");
+    tix_free(&x);
+  }
+}
+END_TEST
+
+/* The vector probe compares a 64-bit key as two 32-bit halves, and 32-bit keys in 16-bit
+ * packs: keys that share one half with a present key, or with EMPTY, must neither match it
+ * nor end the probe. */
+START_TEST(probe_half_matches) {
+  uint32_t kb;
+  for (kb = 32; kb <= 64; kb += 32) {
+    tix x;
+    uint64_t nb = 4, i, lo_ones = kb == 64 ? 0xffffffffull : 0xffffull;
+    tix_init(&x, nb, kb);
+    /* present keys with one half all ones (like EMPTY's), homed together so buckets fill */
+    for (i = 0; i < 3 * EMC__BUCKET; i++) {
+      uint64_t k;
+      do {
+        k = key_homed(&x, i % 2);
+        k = i % 3 == 0 ? k | lo_ones : i % 3 == 1 ? k | (emc__key_mask(kb) & ~lo_ones) : k;
+      } while (k == emc__key_empty(kb) || k == emc__key_tomb(kb) || model_find(&x, k) >= 0 ||
+               emc__home_bucket(k, nb) != i % 2);
+      tix_insert(&x, k);
+    }
+    tix_check(&x, "halves like EMPTY's");
+    /* absent keys that share one half with a present key */
+    for (i = 0; i < x.n_present; i++) {
+      uint64_t k = x.present[i], v[3] = {k ^ 1u, k ^ (lo_ones + 1u), k ^ ((lo_ones + 1u) | 1u)};
+      unsigned j;
+      for (j = 0; j < 3; j++) {
+        uint64_t q = v[j] & emc__key_mask(kb);
+        int64_t want;
+        if (q == emc__key_empty(kb) || q == emc__key_tomb(kb)) continue;
+        want = emc__index_find(&x.v, q);
+        ck_assert_msg(emc__hix_find(&x.v, q) == want, "%u-bit key %llx (one half of %llx): "
+                      "vector probe %lld, reference %lld", kb, (unsigned long long)q,
+                      (unsigned long long)k, (long long)emc__hix_find(&x.v, q), (long long)want);
+        ck_assert_int_eq(want >= 0, model_find(&x, q) >= 0);
+      }
+    }
     tix_free(&x);
   }
 }
@@ -533,6 +574,7 @@ int main(void) {
   emct_rng_seed(&R, 20261123);
   tcase_add_test(tc, probe_random_loads);
   tcase_add_test(tc, probe_full_buckets_and_wrap);
+  tcase_add_test(tc, probe_half_matches);
   tcase_add_test(tc, probe_tombstones_and_repack);
   tcase_add_test(tc, bitmap_nth);
   tcase_add_test(tc, missset_first_occurrence);
