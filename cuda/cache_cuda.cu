@@ -676,7 +676,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   CUG(emc__cu_init(k, k->priv));
   for (t = 0; t < n; t++) { /* hashed tables: the rows the store holds, the map's used slots */
     const emc__table *tb = &s->tables[t];
-    ull count = EMC_LD_ACQUIRE(&tb->count);
+    ull count = EMC_LD_ACQUIRE(tb->count);
     if (tb->kind != EMC_TABLE_HASHED) continue;
     CUG(cudaMemcpyAsync(&k->V.ts[t].store_count, &count, sizeof count, cudaMemcpyHostToDevice, k->priv));
     CUG(cudaStreamSynchronize(k->priv)); /* (count lives on this stack frame) */
@@ -989,8 +989,8 @@ static emc_status flush_reports(emc_cache *c) {
   shortfall = mirror[2];
   for (t = 0; t < k->n_tables; t++) /* hashed ids the device added to the store */
     if (c->store->tables[t].kind == EMC_TABLE_HASHED &&
-        ts[t].store_count > EMC_LD_ACQUIRE(&c->store->tables[t].count))
-      EMC_ST_RELEASE(&c->store->tables[t].count, (uint64_t)ts[t].store_count);
+        ts[t].store_count > EMC_LD_ACQUIRE(c->store->tables[t].count))
+      EMC_ST_RELEASE(c->store->tables[t].count, (uint64_t)ts[t].store_count);
   free(ts);
   if (bad) {
     mirror[0] = 0;

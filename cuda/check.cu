@@ -279,9 +279,9 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
     }
     free(claim);
     if (st != EMC_OK) goto done;
-    CHK(cnt >= EMC_LD_ACQUIRE(&tb->count) && cnt <= tb->rows && used_slots == cnt,
+    CHK(cnt >= EMC_LD_ACQUIRE(tb->count) && cnt <= tb->rows && used_slots == cnt,
         "table %u: the device counts %llu store rows, the host %llu, the map holds %llu (capacity %llu)", t,
-        (unsigned long long)cnt, (unsigned long long)tb->count, (unsigned long long)used_slots,
+        (unsigned long long)cnt, (unsigned long long)EMC_LD_RELAXED(tb->count), (unsigned long long)used_slots,
         (unsigned long long)tb->rows);
     for (r = 0; r < cnt; r++)
       CHK(emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, tb->row_ids[r]) == (int64_t)r,

@@ -1,5 +1,5 @@
 /*
- * fuzz_store_open.c: the store file loader (lib/store_io.c, emc_store_open).
+ * fuzz_store_open.c: the store file loader (lib/store/store_io.c, emc_store_open).
  *
  * Input: u8 fixup flags, then the file's bytes. Checksums would stop almost every mutation at
  * the first section, so the flags let the fuzzer repair them before the file is written:
@@ -92,7 +92,7 @@ static void fixup(unsigned char *b, size_t n, uint8_t flags) {
 }
 
 /* Bytes emc_store_open would allocate for the hashed tables the descriptors claim (rows,
- * id map, row ids; as lib/store.c sizes them). A hashed table's capacity is not bounded by
+ * id map, row ids; as lib/store/store.c sizes them). A hashed table's capacity is not bounded by
  * the file's size, so a few hundred bytes can ask for gigabytes; inputs over the limit are
  * skipped (see README.md, "Known limits"). EMC_FUZZ_STORE_MAX_MB overrides the limit. */
 static uint64_t hashed_alloc_bytes(const unsigned char *b, size_t n) {

@@ -296,6 +296,46 @@ EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
  * memory). *out is written only on success. Blocking. */
 EMC_API emc_status emc_store_open(const char *path, emc_store **out);
 
+/* ------------------------------------------------------------ shared stores
+ * A store whose rows live in POSIX shared memory: one copy per machine, mapped by every
+ * process that attaches it (each at its own address: the segment holds offsets, never
+ * pointers). An attached store is an emc_store like any other for emc_store_read / _write /
+ * _read_state / _fill_uniform / _save / _table / _table_count, from any number of threads and
+ * processes at once: readers never lock and never see a torn row (per-row versions in the
+ * segment); writers of all processes serialize on a robust lock in the segment. A writer
+ * that dies mid-call leaves every row whole (the row it was writing keeps its old value; the
+ * next writer or a waiting reader repairs it), but the rows it wrote before its death stay
+ * written. A process's private memory for a shared store does not grow with its rows.
+ * Caches over a shared store are not supported yet (emc_cache_create: EMC_EUNSUPPORTED).
+ * The name is what shm_open takes: "/" then 1..254 bytes without "/" (e.g. "/embcache-m1").
+ * emc_store_destroy unmaps the store from this process; the memory stays while the name
+ * exists or another process has it mapped (emc_store_unlink removes the name). */
+
+/* Create the shared store `name` (mode 0600: processes of the same user) with these tables,
+ * rows zero, and map it. Errors: EMC_EINVAL (a bad name; as emc_store_create: NULL
+ * tables/out, bad n_tables or descriptors), EMC_EIO (the name exists, or shm_open /
+ * ftruncate / mmap fail: errno text in the detail), EMC_ENOMEM (no memory for the segment).
+ * Nothing is left behind on failure. Blocking. */
+EMC_API emc_status emc_store_create_shared(const char *name, const emc_table_desc *tables,
+                                           uint32_t n_tables, emc_store **out);
+/* Map the shared store `name` that another process (or this one) created. Waits up to 2 s
+ * for a creator that is still laying it out.
+ * Errors: EMC_EINVAL (NULL, a bad name), EMC_EIO (no such name, or no permission: errno text),
+ * EMC_ECORRUPT (not an embcache store, another format version, truncated, inconsistent
+ * tables, or never finished by its creator), EMC_ENOMEM. Blocking. */
+EMC_API emc_status emc_store_attach(const char *name, emc_store **out);
+/* Open a store file (emc_store_save's format) into the new shared store `name`: a restarted
+ * server attaches to it instead of reading the file again. The file is read and verified
+ * whole before the segment is created (it takes the file's size in private memory while
+ * loading). Errors: EMC_EINVAL (NULL, a bad name), EMC_EIO (the file cannot be read; the
+ * name exists), EMC_ECORRUPT (the file fails emc_store_open's checks), EMC_ENOMEM; nothing
+ * is created on failure. Blocking. */
+EMC_API emc_status emc_store_open_shared(const char *path, const char *name, emc_store **out);
+/* Remove the name. Processes that have the store mapped keep it until they destroy it; the
+ * memory goes with the last of them. Errors: EMC_EINVAL (bad name), EMC_EIO (no such name,
+ * no permission: errno text). */
+EMC_API emc_status emc_store_unlink(const char *name);
+
 /* ------------------------------------------------------------------ cache */
 typedef enum emc_backend {
   EMC_BACKEND_AUTO = 0, /* CUDA when a device answers and the CUDA backend is built; else host */
@@ -373,8 +413,8 @@ EMC_API emc_status emc_device_count(int *out);
  * emc_admission, capacity too small for
  * one row of the widest table, or so large that the pool would need more than 2^31 - 1 pages
  * or 2^32 row slots: about 2^48 bytes for wide rows, less for narrow ones), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
- * lacks), EMC_EUNSUPPORTED (store already has a cache; CUDA requested from a build without
- * CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
+ * lacks), EMC_EUNSUPPORTED (store already has a cache, or is a shared store; CUDA requested
+ * from a build without CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
  * index, above the device's free memory), EMC_ECUDA (a CUDA call failed; its text in the
  * detail; nothing is leaked), EMC_ENOMEM (the cache's host structures; host backend: the
  * pool arena and the index, whose sizes follow capacity_bytes; the admission thread could

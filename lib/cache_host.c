@@ -139,14 +139,14 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
     uint64_t fresh, n = offsets[t + 1] - offsets[t];
     if (tb->kind != EMC_TABLE_HASHED || n == 0) continue;
     fresh = emc__count_new_ids(tb, ids + offsets[t], (size_t)n);
-    if (fresh == (uint64_t)-1 || fresh > tb->rows - tb->count) {
+    if (fresh == (uint64_t)-1 || fresh > tb->rows - EMC_LD_RELAXED(tb->count)) {
       pthread_mutex_unlock(&h->lock);
       free(full_row);
       if (fresh == (uint64_t)-1)
         return EMC_FAIL(EMC_ENOMEM, "scratch set of %llu ids", (unsigned long long)n);
       return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
                       t, tb->name, (unsigned long long)fresh,
-                      (unsigned long long)(tb->rows - tb->count));
+                      (unsigned long long)(tb->rows - EMC_LD_RELAXED(tb->count)));
     }
   }
   for (t = 0; t < s->n_tables; t++) {
@@ -357,7 +357,7 @@ emc_status emc__cache_check(emc_cache *c) {
       const emc__table *tb = &c->store->tables[t];
       uint64_t row = loc & EMC__LOC_MAX;
       host_entries++;
-      CHECK(tb->kind == EMC_TABLE_HASHED && row < tb->count && !(lm & EMC__LM_DIRTY) &&
+      CHECK(tb->kind == EMC_TABLE_HASHED && row < EMC_LD_RELAXED(tb->count) && !(lm & EMC__LM_DIRTY) &&
                 k == emc__global_key(&c->codec.tables[t], tb->row_ids[row], c->codec.hash_seed),
             "unified entry of table %u at slot %llu points at a wrong row", t,
             (unsigned long long)i);

@@ -847,7 +847,7 @@ EMC_HD uint32_t emc__store_stripe(uint32_t table, uint64_t row) {
   return (uint32_t)(emc__fmix64(((uint64_t)table << 40) ^ row) & (EMC__STORE_STRIPES - 1u));
 }
 
-/* Hashed tables' id -> row map (the store's flat open addressing, lib/store.c): the row of
+/* Hashed tables' id -> row map (the store's flat open addressing, lib/store/store.c): the row of
  * id, or -1 when absent. map_rowp1[i] is row + 1 (0 = empty), published after map_ids[i]. */
 EMC_HD uint64_t emc__map_home(uint64_t id, uint64_t map_cap) {
   return emc__fmix64(id ^ 0x6a09e667f3bcc909ull) & (map_cap - 1u);

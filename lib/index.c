@@ -111,7 +111,7 @@ int emc__hix_entry_is(const emc_cache *c, uint32_t t, uint64_t lm, uint64_t id) 
   if (tb->kind == EMC_TABLE_DENSE) return 1;
   if (loc & EMC__LOC_HOST) {
     uint64_t row = loc & EMC__LOC_MAX;
-    return row < EMC_LD_ACQUIRE(&tb->count) && EMC_LD_RELAXED(&tb->row_ids[row]) == id;
+    return row < EMC_LD_ACQUIRE(tb->count) && EMC_LD_RELAXED(&tb->row_ids[row]) == id;
   }
   if (!emc__slot_addr(h, t, loc, &pg)) return 0;
   return EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], loc % h->max_slots)) == id;

@@ -102,24 +102,42 @@ typedef struct emc__table {
   uint32_t full_bytes;  /* row and state: what moves between store and cache */
   uint32_t stride;      /* emc__row_stride(full_bytes) */
   uint64_t rows;        /* dense: rows; hashed: capacity */
-  unsigned char *base;  /* rows * stride bytes, page-aligned (lib/store.c, table_block) */
+  unsigned char *base;  /* rows * stride bytes, page-aligned (lib/store/store.c, table_block) */
   size_t base_bytes;    /* bytes allocated at base */
   /* hashed tables only: flat open-addressing map id -> row, plus row -> id */
   uint64_t map_cap;     /* power of two >= 2 * rows */
   uint64_t *map_ids;    /* map_cap ids */
   uint64_t *map_rowp1;  /* map_cap row + 1, 0 = empty slot (acquire/release) */
   uint64_t *row_ids;    /* rows: id of each used row (append-only) */
-  uint64_t count;       /* used rows (atomic: readers load it acquire) */
+  uint64_t *count;      /* used rows (atomic: readers load it acquire): &count_own, or the
+                           table's word in a shared segment (lib/store/shared.c) */
+  uint64_t count_own;
 } emc__table;
 
 struct emc_store {
   uint32_t n_tables;
-  emc__table *tables;            /* n_tables */
+  emc__table *tables;            /* n_tables (process memory; a shared store's point into seg) */
   uint32_t *stripes;             /* EMC__STORE_STRIPES row versions */
-  pthread_mutex_t lock;          /* serializes writers */
+  pthread_mutex_t lock;          /* serializes a private store's writers (and `attached`) */
+  pthread_mutex_t *wlock;        /* the writers' lock: &lock, or the segment's robust one */
   int attached;                  /* a cache is attached (under lock) */
   unsigned arena;                /* jemalloc arena of the row memory, 0 = default */
+  struct emc__seg_hdr *seg;      /* a shared store's mapped segment (lib/store/shared.c) */
+  size_t seg_bytes;
 };
+
+/* The writers' lock of a store (a private store's mutex, or the shared segment's robust
+ * process-shared one: taking it after its holder died repairs what that writer left,
+ * shared.c). */
+EMC_INTERNAL void emc__store_lock(emc_store *s);
+EMC_INTERNAL void emc__store_unlock(emc_store *s);
+/* shared.c: the old bytes of a row about to be written, kept in the segment until the write
+ * ends (a writer that dies mid-row leaves the old row, not a torn one); a reader that waited
+ * long on an odd version: if the lock's holder died, repair now. */
+EMC_INTERNAL void emc__seg_undo_begin(emc_store *s, uint32_t table, uint64_t row, uint32_t bytes);
+EMC_INTERNAL void emc__seg_undo_end(emc_store *s);
+EMC_INTERNAL void emc__seg_reader_stuck(const emc_store *s);
+EMC_INTERNAL void emc__seg_unmap(emc_store *s);
 
 /* Row address of a dense row or of hashed row index `row`. */
 static inline unsigned char *emc__store_row(const emc__table *t, uint64_t row) {
@@ -153,6 +171,10 @@ static inline uint32_t emc__full_bytes(uint32_t row_bytes, uint32_t state) {
 EMC_INTERNAL emc_status emc__table_desc_check(const emc_table_desc *d, uint32_t i);
 EMC_INTERNAL emc_status emc__store_shell(uint32_t n_tables, emc_store **out);
 EMC_INTERNAL emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d);
+/* Table i's shape (every field but its memory) and its name, as emc__table_init sets them. */
+EMC_INTERNAL emc_status emc__table_shape(emc__table *t, uint32_t i, const emc_table_desc *d,
+                                         size_t *map_bytes, size_t *ids_bytes);
+EMC_INTERNAL emc_status emc__table_name(emc__table *t, uint32_t i, const char *name);
 EMC_INTERNAL void emc__store_free(emc_store *s);
 /* Hashed: distinct ids of ids[0..n) absent from t; (uint64_t)-1 if scratch memory fails. */
 EMC_INTERNAL uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n);

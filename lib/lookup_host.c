@@ -92,7 +92,7 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
       /* a unified-index entry: the store row, if it is this id's (a hashed row's index and id
        * never change once published) */
       uint64_t row = loc & EMC__LOC_MAX;
-      uni_mine = tb->kind == EMC_TABLE_HASHED && row < EMC_LD_ACQUIRE(&tb->count) &&
+      uni_mine = tb->kind == EMC_TABLE_HASHED && row < EMC_LD_ACQUIRE(tb->count) &&
                  EMC_LD_RELAXED(&tb->row_ids[row]) == id;
       if (uni_mine) emc__store_row_read(c->store, t, row, dst);
     } else if ((src = emc__slot_addr(h, t, loc, &pg)) != NULL) {

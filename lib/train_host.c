@@ -461,11 +461,11 @@ emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *of
       st = EMC_FAIL(EMC_ENOMEM, "scratch set of %llu ids", (unsigned long long)n);
       goto out;
     }
-    if (fresh > tb->rows - tb->count) {
+    if (fresh > tb->rows - EMC_LD_RELAXED(tb->count)) {
       pthread_mutex_unlock(&h->lock);
       st = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
                     t, tb->name, (unsigned long long)fresh,
-                    (unsigned long long)(tb->rows - tb->count));
+                    (unsigned long long)(tb->rows - EMC_LD_RELAXED(tb->count)));
       goto out;
     }
   }

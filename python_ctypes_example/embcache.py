@@ -84,7 +84,7 @@ __all__ = ["EmcError", "EmcCapacityError", "Table", "Store", "Cache", "Optimizer
 
 # --------------------------------------------------------------------------- the C API
 # Mirrors of include/embcache.h. C enums are int-sized.
-EMC_OK, EMC_EINVAL, EMC_ERANGE, EMC_EUNSUPPORTED, EMC_ECAPACITY = 0, 1, 7, 10, 11
+EMC_OK, EMC_EINVAL, EMC_ERANGE, EMC_EIO, EMC_EUNSUPPORTED, EMC_ECAPACITY = 0, 1, 7, 8, 10, 11
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}   # emc_dtype -> NumPy
 _DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
 _KINDS = {"dense": 0, "hashed": 1}
@@ -140,6 +140,10 @@ _SIGNATURES = {
     "emc_last_error_detail": (_STR, []),
     "emc_store_create": (_S, [ctypes.POINTER(_TableDesc), _U32, ctypes.POINTER(_P)]),
     "emc_store_open": (_S, [_STR, ctypes.POINTER(_P)]),
+    "emc_store_create_shared": (_S, [_STR, ctypes.POINTER(_TableDesc), _U32, ctypes.POINTER(_P)]),
+    "emc_store_attach": (_S, [_STR, ctypes.POINTER(_P)]),
+    "emc_store_open_shared": (_S, [_STR, _STR, ctypes.POINTER(_P)]),
+    "emc_store_unlink": (_S, [_STR]),
     "emc_store_save": (_S, [_P, _STR]),
     "emc_store_destroy": (None, [_P]),
     "emc_store_n_tables": (_U32, [_P]),
@@ -440,7 +444,7 @@ class Store:
     """emc_store: every row of every table, in host memory. Store(tables) creates one;
     Store.open(path) opens a saved one. close() (or the context manager) frees it."""
 
-    def __init__(self, tables=None, _handle=None):
+    def __init__(self, tables=None, _handle=None, _shared_name=None):
         lib = library()
         self._h = ctypes.c_void_p()
         self._cache = lambda: None  # weak reference to the attached Cache
@@ -453,8 +457,13 @@ class Store:
             for i, t in enumerate(tables):
                 descs[i] = _TableDesc(names[i], _KINDS[t.kind], t.rows, t.dim,
                                       _DTYPE_CODES[t.dtype], _STATES[t.state])
-            _check(lib.emc_store_create(descs, len(tables), ctypes.byref(self._h)),
-                   "emc_store_create")
+            if _shared_name is None:
+                _check(lib.emc_store_create(descs, len(tables), ctypes.byref(self._h)),
+                       "emc_store_create")
+            else:
+                _check(lib.emc_store_create_shared(_shared_name.encode(), descs, len(tables),
+                                                   ctypes.byref(self._h)),
+                       "emc_store_create_shared")
         self.tables = []
         for i in range(lib.emc_store_n_tables(self._h)):
             d = _TableDesc()
@@ -468,6 +477,32 @@ class Store:
         h = ctypes.c_void_p()
         _check(library().emc_store_open(os.fsencode(path), ctypes.byref(h)), "emc_store_open")
         return cls(_handle=h)
+
+    @classmethod
+    def create_shared(cls, name, tables):
+        """emc_store_create_shared: the tables' rows in POSIX shared memory `name`
+        ("/embcache-..."), one copy per machine; other processes Store.attach(name)."""
+        return cls(tables, _shared_name=str(name))
+
+    @classmethod
+    def attach(cls, name):
+        """emc_store_attach: map the shared store `name` another process created."""
+        h = ctypes.c_void_p()
+        _check(library().emc_store_attach(str(name).encode(), ctypes.byref(h)), "emc_store_attach")
+        return cls(_handle=h)
+
+    @classmethod
+    def open_shared(cls, path, name):
+        """emc_store_open_shared: a store file loaded into the new shared store `name`."""
+        h = ctypes.c_void_p()
+        _check(library().emc_store_open_shared(os.fsencode(path), str(name).encode(),
+                                               ctypes.byref(h)), "emc_store_open_shared")
+        return cls(_handle=h)
+
+    @staticmethod
+    def unlink(name):
+        """emc_store_unlink: remove the shared store's name (mappings in use stay)."""
+        _check(library().emc_store_unlink(str(name).encode()), "emc_store_unlink")
 
     def _handle(self, func):
         if not self._h:

@@ -58,7 +58,8 @@ START_TEST(header_documents_every_call) {
       "emc_store_open", "emc_cache_create", "emc_cache_destroy", "emc_batch_bytes",
       "emc_lookup", "emc_lookup_ex", "emc_insert", "emc_flush", "emc_get_stats",
       "emc_get_table_rows_cached", "emc_cache_global_key", "emc_device_count", "emc_prefetch",
-      "emc_apply_gradients", "emc_dedup", "emc_store_read_state"};
+      "emc_apply_gradients", "emc_dedup", "emc_store_read_state", "emc_store_create_shared",
+      "emc_store_attach", "emc_store_open_shared", "emc_store_unlink"};
   /* the statuses issue 12 found returned but not documented */
   static const struct {
     const char *fn;
@@ -67,7 +68,10 @@ START_TEST(header_documents_every_call) {
               {"emc_insert", EMC_ENOMEM},      {"emc_store_write", EMC_ENOMEM},
               {"emc_store_fill_uniform", EMC_ENOMEM}, {"emc_store_save", EMC_ENOMEM},
               {"emc_store_open", EMC_ENOMEM},  {"emc_cache_create", EMC_ENOMEM},
-              {"emc_store_open", EMC_ECORRUPT}, {"emc_store_save", EMC_EIO}};
+              {"emc_store_open", EMC_ECORRUPT}, {"emc_store_save", EMC_EIO},
+              {"emc_store_attach", EMC_ECORRUPT}, {"emc_store_attach", EMC_EIO},
+              {"emc_store_create_shared", EMC_EIO}, {"emc_store_open_shared", EMC_ECORRUPT},
+              {"emc_cache_create", EMC_EUNSUPPORTED}};
   size_t i;
   int n = emct_contract_load();
   REQUIRE(n == (int)(sizeof fns / sizeof fns[0]), "embcache.h declares %d emc_status functions, "
@@ -426,6 +430,36 @@ START_TEST(hostile_arguments) {
   EXPECT(EMC_OK, emc_cache_destroy, NULL);
   EXPECT(EMC_OK, emc_cache_destroy, c);
   emc_store_destroy(s);
+  /* shared stores (tests/test_store_shared.c has the rest) */
+  {
+    char nm[64];
+    snprintf(nm, sizeof nm, "/emct-hostile-%d", (int)getpid());
+    EXPECT(EMC_EINVAL, emc_store_create_shared, NULL, td, 2, &o);
+    EXPECT(EMC_EINVAL, emc_store_create_shared, "no-slash", td, 2, &o);
+    EXPECT(EMC_EINVAL, emc_store_create_shared, longname, td, 2, &o);
+    EXPECT(EMC_EINVAL, emc_store_create_shared, nm, NULL, 2, &o);
+    EXPECT(EMC_EINVAL, emc_store_create_shared, nm, td, 0, &o);
+    EXPECT(EMC_EINVAL, emc_store_create_shared, nm, td, 2, NULL);
+    EXPECT(EMC_EIO, emc_store_attach, nm, &o);
+    EXPECT(EMC_EINVAL, emc_store_attach, nm, NULL);
+    EXPECT(EMC_EINVAL, emc_store_attach, "/a/b", &o);
+    EXPECT(EMC_EIO, emc_store_unlink, nm);
+    EXPECT(EMC_EINVAL, emc_store_unlink, NULL);
+    EXPECT(EMC_EINVAL, emc_store_open_shared, NULL, nm, &o);
+    EXPECT(EMC_EINVAL, emc_store_open_shared, dir, NULL, &o);
+    EXPECT(EMC_EIO, emc_store_open_shared, dir, nm, &o);
+    REQUIRE(o == (emc_store *)(uintptr_t)0x99, "a failed shared-store call wrote *out");
+    EXPECT(EMC_OK, emc_store_create_shared, nm, td, 2, &s);
+    EXPECT(EMC_EIO, emc_store_create_shared, nm, td, 2, &o);
+    emc_cache_config_init(&cfg);
+    cfg.backend = EMC_BACKEND_HOST;
+    EXPECT(EMC_EUNSUPPORTED, emc_cache_create, s, &cfg, &c2);
+    REQUIRE(c2 == (emc_cache *)(uintptr_t)0x99, "a refused cache_create wrote *out");
+    x = 9; /* a dense id past the rows */
+    EXPECT(EMC_ERANGE, emc_store_write, s, 0, &x, 1, row);
+    emc_store_destroy(s);
+    EXPECT(EMC_OK, emc_store_unlink, nm);
+  }
   emct_rmdir(dir);
   emct_contract_check(1);
 }

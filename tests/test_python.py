@@ -187,6 +187,47 @@ class T03bBackgroundAdmission(unittest.TestCase):
         store.close()
 
 
+class T03cSharedStore(unittest.TestCase):
+    """Store.create_shared / attach / open_shared / unlink: a child process (a fresh
+    interpreter) attaches and reads what this one wrote, and writes rows this one then reads."""
+
+    def test_shared(self):
+        emc.load(LIB)
+        name = f"/emct-py-{os.getpid()}"
+        tables = [emc.Table("a", rows=1000, dim=8), emc.Table("h", rows=300, dim=4, kind="hashed")]
+        with self.assertRaises(emc.EmcError) as cm:
+            emc.Store.attach(name)
+        self.assertEqual(cm.exception.status, emc.EMC_EIO)
+        store = emc.Store.create_shared(name, tables)
+        try:
+            store.fill_uniform(0, -1.0, 1.0, seed=4)
+            ids = np.arange(0, 1000, 7, dtype=np.uint64)
+            want = store.read(0, ids)
+            child = (
+                "import sys, numpy as np; sys.path.insert(0, sys.argv[1]); import embcache as emc\n"
+                "emc.load(sys.argv[2]); s = emc.Store.attach(sys.argv[3])\n"
+                "ids = np.arange(0, 1000, 7, dtype=np.uint64)\n"
+                "sys.stdout.write(s.read(0, ids).tobytes().hex())\n"
+                "s.write(1, np.array([2**63 + 5], dtype=np.uint64), np.full((1, 4), 2.5, np.float32))\n"
+                "s.close()\n")
+            out = subprocess.run([sys.executable, "-c", child, PYDIR, LIB, name], check=True,
+                                 capture_output=True, text=True).stdout
+            self.assertEqual(bytes.fromhex(out), want.tobytes())
+            np.testing.assert_array_equal(store.read(1, np.array([2**63 + 5], dtype=np.uint64)),
+                                          np.full((1, 4), 2.5, np.float32))
+            with self.assertRaises(emc.EmcError) as cm:
+                emc.Store.create_shared(name, tables)
+            self.assertEqual(cm.exception.status, emc.EMC_EIO)
+            with self.assertRaises(emc.EmcError) as cm:
+                emc.Cache(store, backend="host")
+            self.assertEqual(cm.exception.status, emc.EMC_EUNSUPPORTED)
+        finally:
+            store.close()
+            emc.Store.unlink(name)
+        with self.assertRaises(emc.EmcError):
+            emc.Store.unlink(name)
+
+
 class T04BadArrays(unittest.TestCase):
     def setUp(self):
         emc.load(LIB)

@@ -1,11 +1,13 @@
 /*
- * test_readme: the two C snippets of README.md, verbatim, compiled and run.
+ * test_readme: the C snippets of README.md, verbatim, compiled and run.
  * If you edit one, edit the other: tests/check_readme.py (a CTest test) compares them.
  */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- README: An inference server ---- */
 #include <embcache.h>
@@ -52,9 +54,60 @@ emc_status train_step(emc_cache *cache, const emc_optimizer *opt,
  *             (row-wise Adagrad: opt.kind = EMC_OPT_ROWWISE_ADAGRAD, tables created with
  *             .state = EMC_STATE_ADAGRAD: the accumulator lives beside each row)
  * checkpoint: emc_flush(cache, NULL); emc_store_save(store, "ckpt.emc"); */
+/* ---- README: One store per machine ---- */
+emc_status load_shared(const char *file, const char *name);
+emc_status read_shared(const char *name, const uint64_t *ids, size_t n, void *rows);
+/* the loader: the rows once per machine, in POSIX shared memory (a file, or emc_store_create_shared) */
+emc_status load_shared(const char *file, const char *name) {
+  emc_store *s;
+  emc_status st = emc_store_open_shared(file, name, &s);  /* name: "/embcache-model" */
+  if (st == EMC_OK) emc_store_destroy(s);               /* unmaps; the rows stay under name */
+  return st;
+}
+/* every other process: map the same rows (no copy), read them without a lock, never torn */
+emc_status read_shared(const char *name, const uint64_t *ids, size_t n, void *rows) {
+  emc_store *s;
+  emc_status st = emc_store_attach(name, &s);
+  if (st != EMC_OK) return st;
+  st = emc_store_read(s, 0, ids, n, rows);
+  emc_store_destroy(s);
+  return st;
+}
+/* retire:  emc_store_unlink(name); the memory goes when the last process destroys its store */
 /* ---- end of README snippets ---- */
 
 START_TEST(inference_snippet_runs) { ck_assert_int_eq(serve(), 0); }
+END_TEST
+
+/* The shared-store snippet: a child process loads a file into shared memory and exits; this
+ * process attaches and reads the file's rows. */
+START_TEST(shared_snippet_runs) {
+  emc_table_desc td = {"emb", EMC_TABLE_DENSE, 100, 4, EMC_DTYPE_F32, EMC_STATE_NONE};
+  emc_store *s;
+  char path[256], name[64];
+  uint64_t ids[3] = {5, 99, 0};
+  float want[12], got[12];
+  pid_t pid;
+  int stt = 0;
+  snprintf(path, sizeof path, "%s/readme-shared-%d.emc", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+           (int)getpid());
+  snprintf(name, sizeof name, "/emct-readme-%d", (int)getpid());
+  ck_assert_int_eq(emc_store_create(&td, 1, &s), EMC_OK);
+  ck_assert_int_eq(emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 3), EMC_OK);
+  ck_assert_int_eq(emc_store_read(s, 0, ids, 3, want), EMC_OK);
+  ck_assert_int_eq(emc_store_save(s, path), EMC_OK);
+  emc_store_destroy(s);
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(load_shared(path, name) == EMC_OK ? 0 : 1);
+  ck_assert_int_eq(waitpid(pid, &stt, 0), pid);
+  ck_assert(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+  ck_assert_int_eq(read_shared(name, ids, 3, got), EMC_OK);
+  ck_assert_mem_eq(got, want, sizeof want);
+  ck_assert_int_eq(emc_store_unlink(name), EMC_OK);
+  ck_assert_int_eq(read_shared(name, ids, 3, got), EMC_EIO);
+  unlink(path);
+}
 END_TEST
 
 /* The trainer snippet, run for a few hundred steps against a plain reference of the same
@@ -132,6 +185,7 @@ int main(void) {
   SRunner *sr;
   int failed;
   tcase_add_test(tc, inference_snippet_runs);
+  tcase_add_test(tc, shared_snippet_runs);
   tcase_add_test(tc, trainer_snippet_matches_reference);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);

@@ -1,5 +1,5 @@
 /*
- * test_store: the host embedding store (lib/store.c) and its file format (lib/store_io.c).
+ * test_store: the host embedding store (lib/store/store.c) and its file format (lib/store/store_io.c).
  *
  *   create/describe    descriptors copied (names, "t<i>" default), limits, bad descriptors
  *   write/read         dense and hashed, f32 and f16, odd row sizes, duplicates (last wins),

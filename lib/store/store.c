@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 size_t emc_dtype_size(emc_dtype d) {
   return d == EMC_DTYPE_F32 ? 4 : d == EMC_DTYPE_F16 ? 2 : 0;
@@ -25,12 +25,13 @@ size_t emc_dtype_size(emc_dtype d) {
 
 /* ----------------------------------------------------------------- create/destroy */
 static void table_free(const emc_store *s, emc__table *t) {
-  (void)s;
   free(t->name);
-  emc__free(t->base, t->base_bytes);
-  emc__free(t->map_ids, t->map_cap * sizeof(uint64_t));
-  emc__free(t->map_rowp1, t->map_cap * sizeof(uint64_t));
-  emc__free(t->row_ids, t->rows * sizeof(uint64_t));
+  if (!s->seg) { /* a shared store's tables live in its segment (unmapped by store_free) */
+    emc__free(t->base, t->base_bytes);
+    emc__free(t->map_ids, t->map_cap * sizeof(uint64_t));
+    emc__free(t->map_rowp1, t->map_cap * sizeof(uint64_t));
+    emc__free(t->row_ids, t->rows * sizeof(uint64_t));
+  }
   memset(t, 0, sizeof *t);
 }
 
@@ -39,7 +40,8 @@ static void store_free(emc_store *s) {
   if (!s) return;
   for (i = 0; i < s->n_tables; i++) table_free(s, &s->tables[i]);
   free(s->tables);
-  free(s->stripes);
+  if (s->seg) emc__seg_unmap(s);
+  else free(s->stripes);
   emc__arena_destroy(s->arena);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -72,18 +74,13 @@ static void *table_block(const emc_store *s, size_t bytes) {
   return emc__alloc_in(s->arena, (bytes + 4095) & ~(size_t)4095, 4096, 1);
 }
 
-/* Allocate table i's memory from its descriptor (rows zero, map empty). */
-emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
-  emc__table *t = &s->tables[i];
-  char buf[32];
-  const char *nm = d->name;
-  if (!nm) {
-    snprintf(buf, sizeof buf, "t%u", i);
-    nm = buf;
-  }
-  t->name = emc__malloc(strlen(nm) + 1);
-  if (!t->name) return EMC_FAIL(EMC_ENOMEM, "table %u: name", i);
-  strcpy(t->name, nm);
+/* Table i's shape from its descriptor: every field but the memory (base, the map, row_ids);
+ * sizes overflow-checked. *map_bytes and *ids_bytes: a hashed table's map arrays and row ids
+ * (0 for dense). The private store and the shared segment (shared.c) size tables with it. */
+emc_status emc__table_shape(emc__table *t, uint32_t i, const emc_table_desc *d,
+                            size_t *map_bytes, size_t *ids_bytes) {
+  const char *nm = t->name ? t->name : "";
+  t->count = &t->count_own;
   t->kind = d->kind;
   t->dtype = d->dtype;
   t->dim = d->dim;
@@ -93,29 +90,62 @@ emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
   t->full_bytes = emc__full_bytes(t->row_bytes, t->state);
   t->stride = (uint32_t)emc__row_stride(t->full_bytes);
   t->rows = d->rows;
+  *map_bytes = *ids_bytes = 0;
   if (!emc__size_mul64(t->rows, t->stride, &t->base_bytes))
-    return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): %llu rows of %u bytes overflow", i, t->name,
+    return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): %llu rows of %u bytes overflow", i, nm,
                     (unsigned long long)t->rows, t->stride);
+  if (t->kind == EMC_TABLE_HASHED) {
+    uint64_t cap = emc__u64_pow2_at_least(2 * t->rows, 16); /* rows <= 2^40: no wrap */
+    if (cap == 0 || !emc__size_mul64(cap, sizeof(uint64_t), map_bytes) ||
+        !emc__size_mul64(t->rows, sizeof(uint64_t), ids_bytes))
+      return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): the id map of %llu rows overflows", i, nm,
+                      (unsigned long long)t->rows);
+    t->map_cap = cap;
+  }
+  return EMC_OK;
+}
+
+/* Table i's name: d's, or "t<i>" (a malloc'ed copy). */
+emc_status emc__table_name(emc__table *t, uint32_t i, const char *name) {
+  char buf[32];
+  if (!name) {
+    snprintf(buf, sizeof buf, "t%u", i);
+    name = buf;
+  }
+  t->name = emc__malloc(strlen(name) + 1);
+  if (!t->name) return EMC_FAIL(EMC_ENOMEM, "table %u: name", i);
+  strcpy(t->name, name);
+  return EMC_OK;
+}
+
+/* Allocate table i's memory from its descriptor (rows zero, map empty). */
+emc_status emc__table_init(emc_store *s, uint32_t i, const emc_table_desc *d) {
+  emc__table *t = &s->tables[i];
+  size_t map_bytes, ids_bytes;
+  uint64_t cap;
+  EMC_TRY(emc__table_name(t, i, d->name));
+  EMC_TRY(emc__table_shape(t, i, d, &map_bytes, &ids_bytes));
+  /* map_cap is set only once all three blocks exist, so table_free never frees with a size
+   * that was not allocated */
+  cap = t->map_cap;
+  t->map_cap = 0;
   t->base = table_block(s, t->base_bytes);
   if (!t->base)
     return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate %zu bytes of rows", i, t->name,
                     t->base_bytes);
   if (t->kind == EMC_TABLE_HASHED) {
-    /* map_cap and the map sizes are set only once all three fit, so table_free never frees
-     * with a size that was not allocated */
-    uint64_t cap = emc__u64_pow2_at_least(2 * t->rows, 16); /* rows <= 2^40: no wrap */
-    size_t map_bytes, ids_bytes;
-    if (cap == 0 || !emc__size_mul64(cap, sizeof(uint64_t), &map_bytes) ||
-        !emc__size_mul64(t->rows, sizeof(uint64_t), &ids_bytes))
-      return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): the id map of %llu rows overflows", i,
-                      t->name, (unsigned long long)t->rows);
-    t->map_cap = cap;
     t->map_ids = table_block(s, map_bytes);
     t->map_rowp1 = table_block(s, map_bytes);
     t->row_ids = table_block(s, ids_bytes);
-    if (!t->map_ids || !t->map_rowp1 || !t->row_ids)
-      return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate the id map of %llu slots", i,
-                      t->name, (unsigned long long)cap);
+    if (!t->map_ids || !t->map_rowp1 || !t->row_ids) {
+      emc__free(t->map_ids, map_bytes);
+      emc__free(t->map_rowp1, map_bytes);
+      emc__free(t->row_ids, ids_bytes);
+      t->map_ids = t->map_rowp1 = t->row_ids = NULL;
+      return EMC_FAIL(EMC_ENOMEM, "table %u ('%s'): cannot allocate the id map of %llu slots",
+                      i, t->name, (unsigned long long)cap);
+    }
+    t->map_cap = cap;
   }
   return EMC_OK;
 }
@@ -126,6 +156,7 @@ emc_status emc__store_shell(uint32_t n_tables, emc_store **out) {
   if (!s) return EMC_FAIL(EMC_ENOMEM, "store");
   s->tables = emc__calloc(n_tables, sizeof *s->tables);
   s->stripes = emc__calloc(EMC__STORE_STRIPES, sizeof *s->stripes);
+  s->wlock = &s->lock;
   if (!s->tables || !s->stripes || pthread_mutex_init(&s->lock, NULL) != 0) {
     free(s->tables);
     free(s->stripes);
@@ -163,9 +194,9 @@ emc_status emc_store_create(const emc_table_desc *tables, uint32_t n_tables, emc
 void emc_store_destroy(emc_store *s) {
   int attached;
   if (!s) return;
-  pthread_mutex_lock(&s->lock);
+  emc__store_lock(s);
   attached = s->attached;
-  pthread_mutex_unlock(&s->lock);
+  emc__store_unlock(s);
   if (attached) {
     (void)EMC_FAIL(EMC_EINVAL, "the store has an attached cache; destroy the cache first "
                                "(the store was not freed)");
@@ -197,7 +228,7 @@ emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *o
   if (table >= s->n_tables)
     return EMC_FAIL(EMC_ERANGE, "table %u >= n_tables %u", table, s->n_tables);
   t = &s->tables[table];
-  *out = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(&t->count);
+  *out = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(t->count);
   return EMC_OK;
 }
 
@@ -217,14 +248,15 @@ int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const 
     if (EMC_LD_RELAXED(&t->map_ids[i]) == id) return (int64_t)(rp - 1u);
     i = (i + 1u) & (t->map_cap - 1u);
   }
-  row = EMC_LD_RELAXED(&t->count);
+  row = EMC_LD_RELAXED(t->count);
   if (row >= t->rows) return -1; /* full (the map is never more than half full) */
   /* the row is unreachable until map_rowp1 is published: fill it first */
   if (init) emc__store_row_write(s, table, row, init);
   EMC_ST_RELAXED(&t->row_ids[row], id);
   EMC_ST_RELAXED(&t->map_ids[i], id);
   EMC_ST_RELEASE(&t->map_rowp1[i], row + 1u);
-  EMC_ST_RELEASE(&t->count, row + 1u);
+  EMC__TP(EMC__TP_WRITE, "store: id mapped");
+  EMC_ST_RELEASE(t->count, row + 1u);
   EMC__TP(EMC__TP_WRITE, "store: id published");
   return (int64_t)row;
 }
@@ -235,11 +267,15 @@ static void store_read_bytes(const emc_store *s, uint32_t table, uint64_t row, v
   const emc__table *t = &s->tables[table];
   uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
   const unsigned char *src = emc__store_row(t, row);
+  unsigned waits = 0;
   for (;;) {
     uint32_t v1 = EMC_LD_ACQUIRE(v), v2;
     EMC__TP(EMC__TP_READ, "store read: version");
     if (v1 & 1u) {
       EMC__TP(EMC__TP_RETRY, "store read: a writer holds the row");
+      /* a shared store's writer may be another process that died mid-write: after a while,
+       * look (its robust lock tells) and repair its row (shared.c) */
+      if (s->seg && ++waits % 256u == 0) emc__seg_reader_stuck(s);
       sched_yield();
       continue;
     }
@@ -256,6 +292,7 @@ static void store_write_bytes(emc_store *s, uint32_t table, uint64_t row, const 
                               uint32_t bytes) {
   const emc__table *t = &s->tables[table];
   uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
+  if (s->seg) emc__seg_undo_begin(s, table, row, bytes); /* the old row, for a writer's death */
   EMC_ST_RELAXED(v, EMC_LD_RELAXED(v) + 1u);
   EMC__TP(EMC__TP_WRITE, "store: version odd");
   EMC_FENCE_RELEASE();
@@ -263,6 +300,7 @@ static void store_write_bytes(emc_store *s, uint32_t table, uint64_t row, const 
   EMC__TP(EMC__TP_WRITE, "store: row written");
   EMC_ST_RELEASE(v, EMC_LD_RELAXED(v) + 1u);
   EMC__TP(EMC__TP_WRITE, "store: version even");
+  if (s->seg) emc__seg_undo_end(s);
 }
 
 void emc__store_row_read(const emc_store *s, uint32_t table, uint64_t row, void *dst) {
@@ -280,6 +318,9 @@ void emc__store_full_write(emc_store *s, uint32_t table, uint64_t row, const voi
 
 emc_status emc__store_attach(emc_store *s) {
   emc_status st = EMC_OK;
+  if (s->seg) /* issue 20, part 2: write-through and the update log come first */
+    return EMC_FAIL(EMC_EUNSUPPORTED, "caches over a shared store are not supported yet: "
+                    "read it with emc_store_read");
   pthread_mutex_lock(&s->lock);
   if (s->attached)
     st = EMC_FAIL(EMC_EUNSUPPORTED, "the store already serves a cache (one cache per store)");
@@ -389,9 +430,9 @@ static emc_status check_buffers(const emc__table *t, size_t n) {
 
 /* Lock the store for a direct write; fails if a cache is attached. */
 static emc_status lock_for_write(emc_store *s) {
-  pthread_mutex_lock(&s->lock);
+  emc__store_lock(s);
   if (s->attached) {
-    pthread_mutex_unlock(&s->lock);
+    emc__store_unlock(s);
     return EMC_FAIL(EMC_EUNSUPPORTED,
                     "a cache is attached to this store: write through emc_insert, or destroy "
                     "the cache first");
@@ -418,13 +459,13 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
       return st;
     }
   }
-  n = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_RELAXED(&t->count);
+  n = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_RELAXED(t->count);
   for (r = 0; r < n; r++) {
     uint64_t id = t->kind == EMC_TABLE_DENSE ? r : t->row_ids[r];
     uniform_row(seed, table, id, lo, hi, t->dim, t->dtype, buf);
     emc__store_row_write(s, table, r, buf);
   }
-  pthread_mutex_unlock(&s->lock);
+  emc__store_unlock(s);
   free(buf);
   return EMC_OK;
 }
@@ -491,10 +532,10 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
       st = EMC_FAIL(EMC_ENOMEM, "scratch set of %zu ids", n);
       goto out;
     }
-    if (fresh > t->rows - EMC_LD_RELAXED(&t->count)) {
+    if (fresh > t->rows - EMC_LD_RELAXED(t->count)) {
       st = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
                     table, t->name, (unsigned long long)fresh,
-                    (unsigned long long)(t->rows - t->count));
+                    (unsigned long long)(t->rows - EMC_LD_RELAXED(t->count)));
       goto out;
     }
   }
@@ -505,7 +546,7 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
     emc__store_row_write(s, table, row, src);
   }
 out:
-  pthread_mutex_unlock(&s->lock);
+  emc__store_unlock(s);
   return st;
 }
 

@@ -42,7 +42,7 @@
 
 #include <xxhash.h>
 
-#include "internal.h"
+#include "../internal.h"
 
 #define EMC__FILE_MAGIC "EMBCSTOR"
 #define EMC__FILE_VERSION 2u /* the newest this library reads and writes */
@@ -73,7 +73,7 @@ static void wr_sum(wr *w) {
 }
 
 static uint64_t table_count(const emc__table *t) {
-  return t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(&t->count);
+  return t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_ACQUIRE(t->count);
 }
 static uint64_t table_data_bytes(const emc__table *t, uint64_t count) {
   return (t->kind == EMC_TABLE_HASHED ? count * 8u : 0u) + count * t->row_bytes +
