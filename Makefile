@@ -27,7 +27,7 @@
 #                    the CPU model (build-gpu-sim/); --prepare: build the package, no GPU needed
 #   make clean       remove every build directory
 #
-# Knobs: JOBS, SIM_SEED (from the commit), FUZZ_SECONDS (30), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
+# Knobs: JOBS, SIM_SEED (from the commit), FUZZ_SECONDS (25), FUZZ_LONG_SECONDS (600), FUZZ_TARGETS, BUILD_TYPE (Release), SAN_BUILD_TYPE
 # (RelWithDebInfo), CMAKE_ARGS (extra -D flags for every configure), TSAN_CTEST_ARGS
 # (e.g. "-L threads"), TSAN_CC (compiler for build-tsan/), BENCH_ARGS, PYTHON,
 # KEEP_GOING (1: make test runs every step, then fails if any failed), SKIP_DEPS=1.
@@ -45,9 +45,9 @@ NPROC          := $(shell nproc 2>/dev/null || echo 2)
 JOBS           ?= $(NPROC)
 BUILD_TYPE     ?= Release
 SAN_BUILD_TYPE ?= RelWithDebInfo
-FUZZ_SECONDS   ?= 30
+FUZZ_SECONDS   ?= 25
 FUZZ_LONG_SECONDS ?= 600
-FUZZ_TARGETS   ?= fuzz_keycodec fuzz_store_open fuzz_api_ops
+FUZZ_TARGETS   ?= fuzz_keycodec fuzz_store_open fuzz_api_ops fuzz_store_attach
 FUZZ_CC        ?= clang
 CMAKE          ?= cmake
 CTEST          ?= ctest

@@ -11,9 +11,13 @@
  *                  (truncated, a flipped size with checksums repaired).
  * fuzz_api_ops     deterministic pseudo-random operation streams of several lengths, and a
  *                  few written out by hand (insert/lookup/flush/destroy cycles).
+ * fuzz_store_attach  the shared memory segments of small shared stores (dense + hashed,
+ *                  f32 + f16, Adagrad state, hashed ids present), and a truncated copy.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE 1
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +326,48 @@ static void api_seeds(void) {
   }
 }
 
+/* ---------------------------------------------------------------- store_attach */
+/* The segment of a shared store, as bytes (what emc_store_attach maps). */
+static void put_segment(const char *T, const char *seed, const char *name, size_t cut) {
+  struct stat sb;
+  unsigned char *p;
+  int fd = shm_open(name, O_RDONLY, 0);
+  if (fd < 0 || fstat(fd, &sb) != 0) die(name);
+  p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) die(name);
+  put(T, seed, p, cut && cut < (size_t)sb.st_size ? cut : (size_t)sb.st_size);
+  munmap(p, (size_t)sb.st_size);
+  close(fd);
+}
+
+static void attach_seeds(void) {
+  const char *T = "fuzz_store_attach";
+  char name[64];
+  emc_table_desc a[3] = {{"d", EMC_TABLE_DENSE, 40, 3, EMC_DTYPE_F32, EMC_STATE_NONE},
+                         {"h", EMC_TABLE_HASHED, 20, 4, EMC_DTYPE_F16, EMC_STATE_NONE},
+                         {"s", EMC_TABLE_DENSE, 8, 2, EMC_DTYPE_F32, EMC_STATE_ADAGRAD}};
+  emc_store *s;
+  uint64_t ids[8] = {1, 5, 9, 1000, 77, 1ull << 40, 3, 12};
+  float rows[8 * 4];
+  int k;
+  snprintf(name, sizeof name, "/emc-corpus-%ld", (long)getpid());
+  for (k = 0; k < 8 * 4; k++) rows[k] = (float)k * 0.5f;
+  for (k = 0; k < 3; k++) { /* one table; three tables; three tables with rows and ids */
+    shm_unlink(name);
+    if (emc_store_create_shared(name, a, k == 0 ? 1 : 3, &s) != EMC_OK) die("create_shared");
+    if (k == 2) {
+      if (emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 5) != EMC_OK ||
+          emc_store_write(s, 1, ids, 8, rows) != EMC_OK ||
+          emc_store_fill_uniform(s, 2, 0.0f, 1.0f, 6) != EMC_OK)
+        die("fill");
+    }
+    put_segment(T, k == 0 ? "one-table" : k == 1 ? "three-tables" : "filled", name, 0);
+    if (k == 2) put_segment(T, "truncated", name, 4096);
+    emc_store_destroy(s);
+    shm_unlink(name);
+  }
+}
+
 int main(int argc, char **argv) {
   char path[1024];
   if (argc != 2) {
@@ -334,6 +380,7 @@ int main(int argc, char **argv) {
   keycodec_seeds();
   store_seeds();
   api_seeds();
+  attach_seeds();
   printf("make_corpus: seeds written under %s/corpus/\n", g_root);
   return 0;
 }

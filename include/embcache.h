@@ -258,8 +258,9 @@ EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo
  * The call is all-or-nothing: ids are checked (range, hashed capacity) before any row is
  * written. Errors: EMC_EINVAL (NULL with n > 0; n ids or rows whose byte size overflows),
  * EMC_ERANGE (table, dense id >= rows, hashed table would exceed its capacity),
- * EMC_EUNSUPPORTED (a cache is attached), EMC_ENOMEM (hashed: the scratch set of new ids).
- * n == 0 is a no-op. Blocking. */
+ * EMC_EUNSUPPORTED (a cache is attached), EMC_ENOMEM (hashed: the scratch set of new ids),
+ * EMC_ECORRUPT (a shared store whose id map another process corrupted: the rows before the
+ * bad id are written). n == 0 is a no-op. Blocking. */
 EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids,
                                    size_t n, const void *rows);
 
@@ -284,7 +285,8 @@ EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint
  * a system call failing with ENOMEM), EMC_EIO (the file cannot be created, written, fsynced,
  * linked or renamed: errno text in the detail; path keeps its previous content. One EMC_EIO
  * comes after the rename: the directory fsync failed, the new file is in place but may not
- * survive a crash). Blocking. */
+ * survive a crash), EMC_ECORRUPT (a shared store whose id map another process corrupted:
+ * nothing is saved). Blocking. */
 EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
 
 /* Open a store saved by emc_store_save. Every size and checksum is verified before the
@@ -322,7 +324,10 @@ EMC_API emc_status emc_store_create_shared(const char *name, const emc_table_des
  * for a creator that is still laying it out.
  * Errors: EMC_EINVAL (NULL, a bad name), EMC_EIO (no such name, or no permission: errno text),
  * EMC_ECORRUPT (not an embcache store, another format version, truncated, inconsistent
- * tables, or never finished by its creator), EMC_ENOMEM. Blocking. */
+ * tables, or never finished by its creator), EMC_ENOMEM. Blocking. Attach checks the
+ * segment's layout, not the contents of its hashed tables' id maps (that would read every
+ * map): a map another process scribbled on never makes a read leave its table (a row past
+ * the table reads as absent), and emc_store_save refuses it (EMC_ECORRUPT). */
 EMC_API emc_status emc_store_attach(const char *name, emc_store **out);
 /* Open a store file (emc_store_save's format) into the new shared store `name`: a restarted
  * server attaches to it instead of reading the file again. The file is read and verified

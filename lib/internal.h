@@ -138,6 +138,9 @@ EMC_INTERNAL void emc__seg_undo_begin(emc_store *s, uint32_t table, uint64_t row
 EMC_INTERNAL void emc__seg_undo_end(emc_store *s);
 EMC_INTERNAL void emc__seg_reader_stuck(const emc_store *s);
 EMC_INTERNAL void emc__seg_unmap(emc_store *s);
+/* Where a segment's writers' lock lies (the fuzz target re-initialises it: a process that
+ * writes over the lock's own bytes can make others wait, which no check can prevent). */
+EMC_INTERNAL void emc__seg_lock_span(size_t *off, size_t *len);
 
 /* Row address of a dense row or of hashed row index `row`. */
 static inline unsigned char *emc__store_row(const emc__table *t, uint64_t row) {

@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,11 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, emc_store **o
   }
   *out = s;
   return EMC_OK;
+}
+
+void emc__seg_lock_span(size_t *off, size_t *len) {
+  *off = offsetof(struct emc__seg_hdr, lock);
+  *len = sizeof(pthread_mutex_t);
 }
 
 void emc__seg_unmap(emc_store *s) {
@@ -401,7 +407,16 @@ emc_status emc_store_open_shared(const char *path, const char *name, emc_store *
     for (k = 0; k < n; k++) {
       uint64_t r = k;
       emc__store_full_read(f, i, k, row);
-      if (ft->kind == EMC_TABLE_HASHED) r = (uint64_t)emc__store_find_or_add(s, i, ft->row_ids[k], NULL);
+      if (ft->kind == EMC_TABLE_HASHED) {
+        int64_t q = emc__store_find_or_add(s, i, ft->row_ids[k], NULL);
+        if (q < 0) { /* cannot happen: the new segment has the file's capacity */
+          emc__store_unlock(s);
+          st = EMC_FAIL(EMC_ECORRUPT, "table %u: id %llu found no row", i,
+                        (unsigned long long)ft->row_ids[k]);
+          goto out;
+        }
+        r = (uint64_t)q;
+      }
       emc__store_full_write(s, i, r, row);
     }
     emc__store_unlock(s);
@@ -436,7 +451,8 @@ static void seg_recover(emc_store *s) {
   uint32_t i;
   if (h->undo_valid) { /* a row in flight: put its old bytes back */
     uint32_t t = h->undo_table;
-    if (t < s->n_tables && h->undo_row < s->tables[t].rows && h->undo_bytes <= h->undo_cap)
+    if (t < s->n_tables && h->undo_row < s->tables[t].rows &&
+        h->undo_bytes <= s->tables[t].full_bytes && h->undo_bytes <= h->undo_cap)
       emc__row_store(emc__store_row(&s->tables[t], h->undo_row),
                      (unsigned char *)h + h->off_undo, h->undo_bytes);
     EMC_FENCE_RELEASE();
@@ -467,10 +483,10 @@ void emc__store_unlock(emc_store *s) { pthread_mutex_unlock(s->wlock); }
 void emc__seg_reader_stuck(const emc_store *cs) {
   emc_store *s = (emc_store *)cs; /* the repair writes shared memory, never *cs itself */
   int e = pthread_mutex_trylock(s->wlock);
-  if (e == EOWNERDEAD) {
-    seg_recover(s);
-    pthread_mutex_consistent(s->wlock);
-  }
+  /* the lock free (or its holder dead) and the version still odd: no writer is running, so
+   * an odd version is a dead writer's, or the segment was scribbled on; repair either way */
+  if (e == 0 || e == EOWNERDEAD) seg_recover(s);
+  if (e == EOWNERDEAD) pthread_mutex_consistent(s->wlock);
   if (e == 0 || e == EOWNERDEAD) pthread_mutex_unlock(s->wlock);
 }
 

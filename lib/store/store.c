@@ -236,7 +236,9 @@ emc_status emc_store_table_count(const emc_store *s, uint32_t table, uint64_t *o
 static uint64_t map_home(const emc__table *t, uint64_t id) { return emc__map_home(id, t->map_cap); }
 
 int64_t emc__store_find(const emc__table *t, uint64_t id) {
-  return emc__map_find(t->map_ids, t->map_rowp1, t->map_cap, id);
+  int64_t row = emc__map_find(t->map_ids, t->map_rowp1, t->map_cap, id);
+  /* a row past the table only comes from a corrupted shared segment: absent, never read */
+  return row >= 0 && (uint64_t)row < t->rows ? row : -1;
 }
 
 int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const void *init) {
@@ -245,7 +247,8 @@ int64_t emc__store_find_or_add(emc_store *s, uint32_t table, uint64_t id, const 
   for (n = 0; n < t->map_cap; n++) {
     uint64_t rp = EMC_LD_RELAXED(&t->map_rowp1[i]);
     if (rp == 0) break;
-    if (EMC_LD_RELAXED(&t->map_ids[i]) == id) return (int64_t)(rp - 1u);
+    if (EMC_LD_RELAXED(&t->map_ids[i]) == id) /* past the rows: a corrupted shared segment */
+      return rp - 1u < t->rows ? (int64_t)(rp - 1u) : -1;
     i = (i + 1u) & (t->map_cap - 1u);
   }
   row = EMC_LD_RELAXED(t->count);
@@ -292,13 +295,16 @@ static void store_write_bytes(emc_store *s, uint32_t table, uint64_t row, const 
                               uint32_t bytes) {
   const emc__table *t = &s->tables[table];
   uint32_t *v = &s->stripes[emc__store_stripe(table, row)];
+  /* even under the lock, but for a shared segment scribbled on (or left odd by a writer whose
+   * death nobody repaired yet): start from the next even value */
+  uint32_t v0 = (EMC_LD_RELAXED(v) + 1u) & ~1u;
   if (s->seg) emc__seg_undo_begin(s, table, row, bytes); /* the old row, for a writer's death */
-  EMC_ST_RELAXED(v, EMC_LD_RELAXED(v) + 1u);
+  EMC_ST_RELAXED(v, v0 + 1u);
   EMC__TP(EMC__TP_WRITE, "store: version odd");
   EMC_FENCE_RELEASE();
   emc__row_store(emc__store_row(t, row), src, bytes);
   EMC__TP(EMC__TP_WRITE, "store: row written");
-  EMC_ST_RELEASE(v, EMC_LD_RELAXED(v) + 1u);
+  EMC_ST_RELEASE(v, v0 + 2u);
   EMC__TP(EMC__TP_WRITE, "store: version even");
   if (s->seg) emc__seg_undo_end(s);
 }
@@ -541,9 +547,15 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
   }
   for (i = 0; i < n; i++) {
     const unsigned char *src = (const unsigned char *)rows + i * (size_t)t->row_bytes;
-    uint64_t row = t->kind == EMC_TABLE_DENSE ? ids[i]
-                                               : (uint64_t)emc__store_find_or_add(s, table, ids[i], src);
-    emc__store_row_write(s, table, row, src);
+    int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)ids[i]
+                                              : emc__store_find_or_add(s, table, ids[i], src);
+    if (row < 0) { /* capacity was checked: only a corrupted shared segment's map gets here */
+      st = EMC_FAIL(EMC_ECORRUPT, "table %u ('%s'): ids[%zu] = %llu has no valid row (the "
+                    "shared segment's id map is corrupt); rows before it were written", table,
+                    t->name, i, (unsigned long long)ids[i]);
+      goto out;
+    }
+    emc__store_row_write(s, table, (uint64_t)row, src);
   }
 out:
   emc__store_unlock(s);

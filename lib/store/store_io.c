@@ -274,8 +274,21 @@ static emc_status write_store(const emc_store *s, wr *w, const uint64_t *counts,
       st = EMC_FAIL(EMC_ENOMEM, "row buffer");
       break;
     }
-    if (t->kind == EMC_TABLE_HASHED)
-      for (r = 0; r < counts[i]; r++) wr_u64(w, EMC_LD_RELAXED(&t->row_ids[r]));
+    if (t->kind == EMC_TABLE_HASHED) {
+      for (r = 0; r < counts[i]; r++) {
+        uint64_t id = EMC_LD_RELAXED(&t->row_ids[r]);
+        /* each saved id must be its row's (only a corrupted shared segment breaks this; the
+         * file would not open again) */
+        if (emc__store_find(t, id) != (int64_t)r) {
+          st = EMC_FAIL(EMC_ECORRUPT, "table %u ('%s'): row %llu's id %llu does not map back "
+                        "to it (a corrupted shared segment): nothing saved", i, t->name,
+                        (unsigned long long)r, (unsigned long long)id);
+          break;
+        }
+        wr_u64(w, id);
+      }
+      if (st != EMC_OK) break;
+    }
     if (t->state != EMC_STATE_NONE) { /* each row read once with its state (one version) */
       unsigned char *states = emc__mallocn(counts[i] ? counts[i] : 1, 4);
       if (!states) {
