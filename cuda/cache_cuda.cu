@@ -490,7 +490,9 @@ emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, 
   if (!S && k->n_slots < EMC_SLOTS_MAX) { /* a new one */
     S = &k->slots[k->n_slots];
     if (new_slot(k, S) != EMC_OK) {
-      emc_status s2 = EMC_FAIL(EMC_EDEVMEM, "scratch slot: %s", emc_last_error_detail());
+      char why[256];
+      snprintf(why, sizeof why, "%s", emc_last_error_detail()); /* EMC_FAIL writes that buffer */
+      emc_status s2 = EMC_FAIL(EMC_EDEVMEM, "scratch slot: %s", why);
       free_slot(S);
       memset(S, 0, sizeof *S);
       return s2;

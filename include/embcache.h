@@ -248,7 +248,8 @@ EMC_API emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, f
 /* Fill table `table` with emc_uniform_row(seed, table, id, lo, hi, ...) for every dense
  * id in [0, rows), or for every id already present in a hashed table.
  * Errors: EMC_EINVAL (NULL, bad bounds), EMC_ERANGE (table), EMC_EUNSUPPORTED (a cache
- * is attached), EMC_ENOMEM (a row buffer). Blocking. */
+ * is attached), EMC_ENOMEM (a row buffer), EMC_ECORRUPT (a shared store whose lock was
+ * written over). Blocking. */
 EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float hi,
                                           uint64_t seed);
 
@@ -260,7 +261,8 @@ EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo
  * EMC_ERANGE (table, dense id >= rows, hashed table would exceed its capacity),
  * EMC_EUNSUPPORTED (a cache is attached), EMC_ENOMEM (hashed: the scratch set of new ids),
  * EMC_ECORRUPT (a shared store whose id map another process corrupted: the rows before the
- * bad id are written). n == 0 is a no-op. Blocking. */
+ * bad id are written; or whose lock was written over: nothing written). n == 0 is a no-op.
+ * Blocking. */
 EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids,
                                    size_t n, const void *rows);
 
@@ -311,17 +313,21 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
  * Caches over a shared store are not supported yet (emc_cache_create: EMC_EUNSUPPORTED).
  * The name is what shm_open takes: "/" then 1..254 bytes without "/" (e.g. "/embcache-m1").
  * emc_store_destroy unmaps the store from this process; the memory stays while the name
- * exists or another process has it mapped (emc_store_unlink removes the name). */
+ * exists or another process has it mapped (emc_store_unlink removes the name). A process
+ * that writes over the segment's lock itself can make the others' writes fail
+ * (EMC_ECORRUPT) or wait; nothing else it scribbles makes a call leave the segment. */
 
 /* Create the shared store `name` (mode 0600: processes of the same user) with these tables,
  * rows zero, and map it. Errors: EMC_EINVAL (a bad name; as emc_store_create: NULL
  * tables/out, bad n_tables or descriptors), EMC_EIO (the name exists, or shm_open /
- * ftruncate / mmap fail: errno text in the detail), EMC_ENOMEM (no memory for the segment).
- * Nothing is left behind on failure. Blocking. */
+ * ftruncate / mmap fail: errno text in the detail), EMC_ENOMEM (no room for the segment in
+ * /dev/shm: its pages are reserved at create, so a full /dev/shm fails here, never with a
+ * SIGBUS later). Nothing is left behind on failure. Blocking. */
 EMC_API emc_status emc_store_create_shared(const char *name, const emc_table_desc *tables,
                                            uint32_t n_tables, emc_store **out);
 /* Map the shared store `name` that another process (or this one) created. Waits up to 2 s
- * for a creator that is still laying it out.
+ * for a creator that is still laying it out (or, emc_store_open_shared, loading it: a load
+ * that takes longer makes attach return EMC_ECORRUPT "never finished"; try again).
  * Errors: EMC_EINVAL (NULL, a bad name), EMC_EIO (no such name, or no permission: errno text),
  * EMC_ECORRUPT (not an embcache store, another format version, truncated, inconsistent
  * tables, or never finished by its creator), EMC_ENOMEM. Blocking. Attach checks the
@@ -332,9 +338,9 @@ EMC_API emc_status emc_store_attach(const char *name, emc_store **out);
 /* Open a store file (emc_store_save's format) into the new shared store `name`: a restarted
  * server attaches to it instead of reading the file again. The file is read and verified
  * whole before the segment is created (it takes the file's size in private memory while
- * loading). Errors: EMC_EINVAL (NULL, a bad name), EMC_EIO (the file cannot be read; the
- * name exists), EMC_ECORRUPT (the file fails emc_store_open's checks), EMC_ENOMEM; nothing
- * is created on failure. Blocking. */
+ * loading). Other processes can attach only once every row is loaded. Errors: EMC_EINVAL
+ * (NULL, a bad name), EMC_EIO (the file cannot be read; the name exists), EMC_ECORRUPT (the
+ * file fails emc_store_open's checks), EMC_ENOMEM; nothing is created on failure. Blocking. */
 EMC_API emc_status emc_store_open_shared(const char *path, const char *name, emc_store **out);
 /* Remove the name. Processes that have the store mapped keep it until they destroy it; the
  * memory goes with the last of them. Errors: EMC_EINVAL (bad name), EMC_EIO (no such name,

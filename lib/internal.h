@@ -124,12 +124,14 @@ struct emc_store {
   unsigned arena;                /* jemalloc arena of the row memory, 0 = default */
   struct emc__seg_hdr *seg;      /* a shared store's mapped segment (lib/store/shared.c) */
   size_t seg_bytes;
+  unsigned char *seg_undo;       /* its undo slot, and the slot's bytes: checked copies, never */
+  uint32_t seg_undo_cap;         /* re-read from the segment */
 };
 
 /* The writers' lock of a store (a private store's mutex, or the shared segment's robust
  * process-shared one: taking it after its holder died repairs what that writer left,
- * shared.c). */
-EMC_INTERNAL void emc__store_lock(emc_store *s);
+ * shared.c). EMC_ECORRUPT (lock not taken) when a shared segment's lock is unusable. */
+EMC_INTERNAL emc_status emc__store_lock(emc_store *s);
 EMC_INTERNAL void emc__store_unlock(emc_store *s);
 /* shared.c: the old bytes of a row about to be written, kept in the segment until the write
  * ends (a writer that dies mid-row leaves the old row, not a torn one); a reader that waited

@@ -132,22 +132,27 @@ static emc_status check_name(const char *name) {
   return EMC_OK;
 }
 
-/* The process's emc_store over a mapped, laid-out segment (records already checked). */
-static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, emc_store **out) {
-  emc__seg_table *recs = (emc__seg_table *)((unsigned char *)h + h->hdr_bytes);
+/* The process's emc_store over a mapped segment, from checked copies of its header (hv) and
+ * records (recs): nothing it keeps (offsets, sizes, names, the undo slot) is read from the
+ * segment again, so a process that scribbles on the header later cannot move them. */
+static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct emc__seg_hdr *hv,
+                             const emc__seg_table *recs, emc_store **out) {
   unsigned char *base = (unsigned char *)h;
+  emc__seg_table *live = (emc__seg_table *)(base + hv->hdr_bytes);
   emc_store *s = NULL;
   uint32_t i;
   emc_status st;
-  EMC_TRY(emc__store_shell(h->n_tables, &s));
+  EMC_TRY(emc__store_shell(hv->n_tables, &s));
   free(s->stripes);
-  s->stripes = (uint32_t *)(base + h->off_stripes);
+  s->stripes = (uint32_t *)(base + hv->off_stripes);
   s->seg = h;
   s->seg_bytes = bytes;
+  s->seg_undo = base + hv->off_undo;
+  s->seg_undo_cap = (uint32_t)hv->undo_cap;
   s->wlock = &h->lock;
-  for (i = 0; i < h->n_tables; i++) {
+  for (i = 0; i < hv->n_tables; i++) {
     emc__table *t = &s->tables[i];
-    emc__seg_table *r = &recs[i];
+    const emc__seg_table *r = &recs[i];
     emc_table_desc d = {0};
     size_t mb, ib;
     d.kind = (emc_table_kind)r->kind;
@@ -166,7 +171,7 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, emc_store **o
       t->map_ids = (uint64_t *)(base + r->off_map_ids);
       t->map_rowp1 = (uint64_t *)(base + r->off_map_rowp1);
       t->row_ids = (uint64_t *)(base + r->off_row_ids);
-      t->count = &r->count;
+      t->count = &live[i].count; /* shared: the one word every process counts in */
     } else {
       t->count = &t->count_own;
     }
@@ -186,8 +191,10 @@ void emc__seg_unmap(emc_store *s) {
   s->stripes = NULL;
 }
 
-emc_status emc_store_create_shared(const char *name, const emc_table_desc *tables,
-                                   uint32_t n_tables, emc_store **out) {
+/* Create the segment and map it; `ready` set now, or (open_shared) once the caller has
+ * loaded it (seg_set_ready), so that nobody attaches to a half-loaded store. */
+static emc_status create_seg(const char *name, const emc_table_desc *tables, uint32_t n_tables,
+                             int ready, emc_store **out) {
   emc__table *tabs = NULL;
   emc__seg_table *recs = NULL;
   struct emc__seg_hdr *h = NULL;
@@ -216,9 +223,11 @@ emc_status emc_store_create_shared(const char *name, const emc_table_desc *table
     st = EMC_FAIL(e == ENOMEM ? EMC_ENOMEM : EMC_EIO, "shm_open('%s'): %s", name, strerror(e));
     goto out;
   }
-  if (ftruncate(fd, (off_t)total) != 0 ||
+  /* posix_fallocate, not ftruncate alone: tmpfs reserves nothing for a hole, and a store
+   * larger than /dev/shm's free space would map fine and die of SIGBUS at its first write */
+  if ((e = ftruncate(fd, (off_t)total) != 0 ? errno : posix_fallocate(fd, 0, (off_t)total)) != 0 ||
       (h = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-    e = errno;
+    e = e ? e : errno;
     h = NULL;
     shm_unlink(name);
     st = EMC_FAIL(e == ENOMEM || e == ENOSPC ? EMC_ENOMEM : EMC_EIO,
@@ -256,12 +265,12 @@ emc_status emc_store_create_shared(const char *name, const emc_table_desc *table
     goto out;
   }
   pthread_mutexattr_destroy(&ma);
-  if ((st = bind_store(h, (size_t)total, out)) != EMC_OK) {
+  if ((st = bind_store(h, (size_t)total, h, recs, out)) != EMC_OK) {
     munmap(h, (size_t)total);
     shm_unlink(name);
     goto out;
   }
-  __atomic_store_n(&h->ready, 1u, __ATOMIC_RELEASE);
+  if (ready) __atomic_store_n(&h->ready, 1u, __ATOMIC_RELEASE);
 out:
   if (fd >= 0) close(fd);
   if (tabs)
@@ -271,11 +280,17 @@ out:
   return st;
 }
 
+emc_status emc_store_create_shared(const char *name, const emc_table_desc *tables,
+                                   uint32_t n_tables, emc_store **out) {
+  return create_seg(name, tables, n_tables, 1, out);
+}
+
 /* Does the mapped segment hold an embcache store this build can use? Every offset and size
  * is recomputed from the records' descriptors and compared, so a record cannot point
  * outside the segment. */
-static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t bytes) {
-  emc__seg_table *recs, *want = NULL;
+static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t bytes,
+                            struct emc__seg_hdr *hv, emc__seg_table **recs_out) {
+  emc__seg_table *recs = NULL, *want = NULL;
   emc__table *tabs = NULL;
   emc_table_desc *d = NULL;
   uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, total;
@@ -292,18 +307,20 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
       return EMC_FAIL(EMC_ECORRUPT, "shared memory '%s' was never finished by its creator", name);
     nanosleep(&ts, NULL);
   }
-  n = h->n_tables;
-  if (h->lock_bytes != sizeof(pthread_mutex_t) || n == 0 || n > EMC_MAX_TABLES ||
-      h->total_bytes != bytes || h->hdr_bytes != round_up(sizeof *h, 64) ||
-      h->hdr_bytes + (uint64_t)n * sizeof *recs > bytes)
+  memcpy(hv, h, sizeof *hv); /* from here on, the copy: the segment may change under us */
+  n = hv->n_tables;
+  if (hv->lock_bytes != sizeof(pthread_mutex_t) || n == 0 || n > EMC_MAX_TABLES ||
+      hv->total_bytes != bytes || hv->hdr_bytes != round_up(sizeof *h, 64) ||
+      hv->hdr_bytes + (uint64_t)n * sizeof *recs > bytes)
     return EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': a header of %u tables, %llu bytes, does not "
                     "match its size %llu (truncated?)", name, n,
-                    (unsigned long long)h->total_bytes, (unsigned long long)bytes);
-  recs = (emc__seg_table *)((unsigned char *)h + h->hdr_bytes);
+                    (unsigned long long)hv->total_bytes, (unsigned long long)bytes);
+  recs = emc__calloc(n, sizeof *recs);
+  if (recs) memcpy(recs, (unsigned char *)h + hv->hdr_bytes, (size_t)n * sizeof *recs);
   tabs = emc__calloc(n, sizeof *tabs);
   want = emc__calloc(n, sizeof *want);
   d = emc__calloc(n, sizeof *d);
-  if (!tabs || !want || !d) {
+  if (!recs || !tabs || !want || !d) {
     st = EMC_FAIL(EMC_ENOMEM, "checking %u tables", n);
     goto out;
   }
@@ -318,13 +335,15 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
     d[i].rows = recs[i].rows;
     d[i].state = (emc_row_state)recs[i].state;
     if (emc__table_desc_check(&d[i], i) != EMC_OK) {
-      st = EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': table %u: %s", name, i, emc_last_error_detail());
+      char why[256]; /* EMC_FAIL writes the buffer emc_last_error_detail reads */
+      snprintf(why, sizeof why, "%s", emc_last_error_detail());
+      st = EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': table %u: %s", name, i, why);
       goto out;
     }
   }
   if (seg_layout(d, n, tabs, want, &hdr_bytes, &off_stripes, &off_undo, &undo_cap, &total) != EMC_OK ||
-      total != bytes || off_stripes != h->off_stripes || off_undo != h->off_undo ||
-      undo_cap != h->undo_cap) {
+      total != bytes || off_stripes != hv->off_stripes || off_undo != hv->off_undo ||
+      undo_cap != hv->undo_cap) {
     st = EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': its layout does not follow from its tables",
                   name);
     goto out;
@@ -337,15 +356,23 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
       goto out;
     }
 out:
+  if (tabs)
+    for (i = 0; i < n; i++) free(tabs[i].name);
   free(tabs);
   free(want);
   free(d);
+  if (st == EMC_OK) *recs_out = recs;
+  else free(recs);
   return st;
 }
 
+static const char zero_magic[8];
+
 emc_status emc_store_attach(const char *name, emc_store **out) {
   struct stat sb;
-  struct emc__seg_hdr *h;
+  struct emc__seg_hdr *h = NULL, hv;
+  emc__seg_table *recs = NULL;
+  unsigned ms;
   int fd, e;
   emc_status st;
   EMC_TRY(check_name(name));
@@ -355,27 +382,41 @@ emc_status emc_store_attach(const char *name, emc_store **out) {
     e = errno;
     return EMC_FAIL(EMC_EIO, "shm_open('%s'): %s", name, strerror(e));
   }
-  if (fstat(fd, &sb) != 0) {
-    e = errno;
-    close(fd);
-    return EMC_FAIL(EMC_EIO, "fstat of shared memory '%s': %s", name, strerror(e));
+  /* a creator between shm_open and its header (size 0, then a zero header) is waited for */
+  for (ms = 0;; ms++) {
+    struct timespec ts = {0, 1000000};
+    if (fstat(fd, &sb) != 0) {
+      e = errno;
+      close(fd);
+      return EMC_FAIL(EMC_EIO, "fstat of shared memory '%s': %s", name, strerror(e));
+    }
+    if ((uint64_t)sb.st_size >= sizeof *h) {
+      h = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (h == MAP_FAILED) {
+        e = errno;
+        close(fd);
+        return EMC_FAIL(e == ENOMEM ? EMC_ENOMEM : EMC_EIO, "mmap of shared memory '%s': %s",
+                        name, strerror(e));
+      }
+      if (memcmp(h->magic, zero_magic, 8) != 0) break;
+      munmap(h, (size_t)sb.st_size);
+      h = NULL;
+    }
+    if (ms >= EMC__SEG_READY_WAIT_MS) {
+      close(fd);
+      return EMC_FAIL(EMC_ECORRUPT, "shared memory '%s' holds %lld bytes and no header: not an "
+                      "embcache store (truncated, or its creator died)", name, (long long)sb.st_size);
+    }
+    nanosleep(&ts, NULL);
   }
-  if ((uint64_t)sb.st_size < sizeof *h) {
-    close(fd);
-    return EMC_FAIL(EMC_ECORRUPT, "shared memory '%s' holds %lld bytes: not an embcache store "
-                    "(or truncated)", name, (long long)sb.st_size);
-  }
-  h = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  e = errno;
   close(fd);
-  if (h == MAP_FAILED)
-    return EMC_FAIL(e == ENOMEM ? EMC_ENOMEM : EMC_EIO, "mmap of shared memory '%s': %s", name,
-                    strerror(e));
-  if ((st = seg_check(name, h, (uint64_t)sb.st_size)) != EMC_OK ||
-      (st = bind_store(h, (size_t)sb.st_size, out)) != EMC_OK) {
+  if ((st = seg_check(name, h, (uint64_t)sb.st_size, &hv, &recs)) != EMC_OK ||
+      (st = bind_store(h, (size_t)sb.st_size, &hv, recs, out)) != EMC_OK) {
+    free(recs);
     munmap(h, (size_t)sb.st_size);
     return st;
   }
+  free(recs);
   return EMC_OK;
 }
 
@@ -394,7 +435,7 @@ emc_status emc_store_open_shared(const char *path, const char *name, emc_store *
     return EMC_FAIL(EMC_ENOMEM, "descriptors of %u tables", f->n_tables);
   }
   for (i = 0; i < f->n_tables; i++) emc_store_table(f, i, &d[i]);
-  if ((st = emc_store_create_shared(name, d, f->n_tables, &s)) != EMC_OK) goto out;
+  if ((st = create_seg(name, d, f->n_tables, 0, &s)) != EMC_OK) goto out;
   for (i = 0; i < f->n_tables; i++) {
     const emc__table *ft = &f->tables[i];
     uint64_t k, n = ft->kind == EMC_TABLE_DENSE ? ft->rows : EMC_LD_RELAXED(ft->count);
@@ -403,7 +444,7 @@ emc_status emc_store_open_shared(const char *path, const char *name, emc_store *
       st = EMC_FAIL(EMC_ENOMEM, "row buffer");
       goto out;
     }
-    emc__store_lock(s);
+    if ((st = emc__store_lock(s)) != EMC_OK) goto out;
     for (k = 0; k < n; k++) {
       uint64_t r = k;
       emc__store_full_read(f, i, k, row);
@@ -421,6 +462,7 @@ emc_status emc_store_open_shared(const char *path, const char *name, emc_store *
     }
     emc__store_unlock(s);
   }
+  __atomic_store_n(&s->seg->ready, 1u, __ATOMIC_RELEASE); /* attachable only now */
 out:
   if (st != EMC_OK && s) {
     emc_store_destroy(s);
@@ -449,14 +491,21 @@ emc_status emc_store_unlink(const char *name) {
 static void seg_recover(emc_store *s) {
   struct emc__seg_hdr *h = s->seg;
   uint32_t i;
-  if (h->undo_valid) { /* a row in flight: put its old bytes back */
-    uint32_t t = h->undo_table;
-    if (t < s->n_tables && h->undo_row < s->tables[t].rows &&
-        h->undo_bytes <= s->tables[t].full_bytes && h->undo_bytes <= h->undo_cap)
-      emc__row_store(emc__store_row(&s->tables[t], h->undo_row),
-                     (unsigned char *)h + h->off_undo, h->undo_bytes);
+  if (EMC_LD_RELAXED(&h->undo_valid)) {
+    /* a row in flight: its write finished only if its version is even again; while it is
+     * odd, readers wait, so the old bytes go back under the odd version, then it is evened */
+    uint32_t t = EMC_LD_RELAXED(&h->undo_table), bytes = EMC_LD_RELAXED(&h->undo_bytes);
+    uint64_t row = EMC_LD_RELAXED(&h->undo_row);
+    if (t < s->n_tables && row < s->tables[t].rows && bytes <= s->tables[t].full_bytes &&
+        bytes <= s->seg_undo_cap) {
+      uint32_t *v = &s->stripes[emc__store_stripe(t, row)];
+      if (EMC_LD_RELAXED(v) & 1u) {
+        emc__row_store(emc__store_row(&s->tables[t], row), s->seg_undo, bytes);
+        EMC_ST_RELEASE(v, EMC_LD_RELAXED(v) + 1u);
+      }
+    }
     EMC_FENCE_RELEASE();
-    h->undo_valid = 0;
+    EMC_ST_RELAXED(&h->undo_valid, 0u);
   }
   for (i = 0; i < EMC__STORE_STRIPES; i++) /* readers wait on odd versions */
     if (EMC_LD_RELAXED(&s->stripes[i]) & 1u)
@@ -470,12 +519,16 @@ static void seg_recover(emc_store *s) {
   }
 }
 
-void emc__store_lock(emc_store *s) {
+emc_status emc__store_lock(emc_store *s) {
   int e = pthread_mutex_lock(s->wlock);
   if (e == EOWNERDEAD) {
     seg_recover(s);
     pthread_mutex_consistent(s->wlock);
+  } else if (e != 0) { /* only a shared segment's lock, written over, fails */
+    return EMC_FAIL(EMC_ECORRUPT, "the store's writers' lock is unusable: %s (shared memory "
+                    "written over?)", strerror(e));
   }
+  return EMC_OK;
 }
 
 void emc__store_unlock(emc_store *s) { pthread_mutex_unlock(s->wlock); }
@@ -492,10 +545,10 @@ void emc__seg_reader_stuck(const emc_store *cs) {
 
 void emc__seg_undo_begin(emc_store *s, uint32_t table, uint64_t row, uint32_t bytes) {
   struct emc__seg_hdr *h = s->seg;
-  emc__row_load((unsigned char *)h + h->off_undo, emc__store_row(&s->tables[table], row), bytes);
-  h->undo_table = table;
-  h->undo_row = row;
-  h->undo_bytes = bytes;
+  emc__row_load(s->seg_undo, emc__store_row(&s->tables[table], row), bytes);
+  EMC_ST_RELAXED(&h->undo_table, table);
+  EMC_ST_RELAXED(&h->undo_row, row);
+  EMC_ST_RELAXED(&h->undo_bytes, bytes);
   EMC_FENCE_RELEASE();
   EMC_ST_RELAXED(&h->undo_valid, 1u);
   EMC_FENCE_RELEASE();

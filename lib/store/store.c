@@ -194,9 +194,9 @@ emc_status emc_store_create(const emc_table_desc *tables, uint32_t n_tables, emc
 void emc_store_destroy(emc_store *s) {
   int attached;
   if (!s) return;
-  emc__store_lock(s);
+  pthread_mutex_lock(&s->lock); /* `attached` is this process's (never set on a shared store) */
   attached = s->attached;
-  emc__store_unlock(s);
+  pthread_mutex_unlock(&s->lock);
   if (attached) {
     (void)EMC_FAIL(EMC_EINVAL, "the store has an attached cache; destroy the cache first "
                                "(the store was not freed)");
@@ -298,7 +298,10 @@ static void store_write_bytes(emc_store *s, uint32_t table, uint64_t row, const 
   /* even under the lock, but for a shared segment scribbled on (or left odd by a writer whose
    * death nobody repaired yet): start from the next even value */
   uint32_t v0 = (EMC_LD_RELAXED(v) + 1u) & ~1u;
-  if (s->seg) emc__seg_undo_begin(s, table, row, bytes); /* the old row, for a writer's death */
+  if (s->seg) { /* the old row, for a writer's death */
+    emc__seg_undo_begin(s, table, row, bytes);
+    EMC__TP(EMC__TP_WRITE, "store: undo kept");
+  }
   EMC_ST_RELAXED(v, v0 + 1u);
   EMC__TP(EMC__TP_WRITE, "store: version odd");
   EMC_FENCE_RELEASE();
@@ -436,7 +439,7 @@ static emc_status check_buffers(const emc__table *t, size_t n) {
 
 /* Lock the store for a direct write; fails if a cache is attached. */
 static emc_status lock_for_write(emc_store *s) {
-  emc__store_lock(s);
+  EMC_TRY(emc__store_lock(s));
   if (s->attached) {
     emc__store_unlock(s);
     return EMC_FAIL(EMC_EUNSUPPORTED,
