@@ -326,8 +326,10 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
 EMC_API emc_status emc_store_create_shared(const char *name, const emc_table_desc *tables,
                                            uint32_t n_tables, emc_store **out);
 /* Map the shared store `name` that another process (or this one) created. Waits up to 2 s
- * for a creator that is still laying it out (or, emc_store_open_shared, loading it: a load
- * that takes longer makes attach return EMC_ECORRUPT "never finished"; try again).
+ * for a creator that is still reserving its pages, laying it out or (emc_store_open_shared)
+ * loading it: a creator slower than that (a store of tens of GiB) makes attach return
+ * EMC_ECORRUPT "never finished" or "no header"; try again. A name whose creator died midway
+ * stays so until emc_store_unlink removes it.
  * Errors: EMC_EINVAL (NULL, a bad name), EMC_EIO (no such name, or no permission: errno text),
  * EMC_ECORRUPT (not an embcache store, another format version, truncated, inconsistent
  * tables, or never finished by its creator), EMC_ENOMEM. Blocking. Attach checks the

@@ -466,7 +466,7 @@ emc_status emc_store_open_shared(const char *path, const char *name, emc_store *
 out:
   if (st != EMC_OK && s) {
     emc_store_destroy(s);
-    emc_store_unlink(name);
+    shm_unlink(name); /* not emc_store_unlink: the detail keeps the failure's own text */
     s = NULL;
   }
   if (s) *out = s;
