@@ -65,14 +65,7 @@ static int make_segment(const uint8_t *data, size_t size) {
     { /* the lock as its creator made it: its own bytes are trusted (lib/internal.h) */
       size_t off, len;
       emc__seg_lock_span(&off, &len);
-      if (size >= off + len) {
-        pthread_mutexattr_t ma;
-        pthread_mutexattr_init(&ma);
-        pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-        pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-        pthread_mutex_init((pthread_mutex_t *)(void *)(p + off), &ma);
-        pthread_mutexattr_destroy(&ma);
-      }
+      if (size >= off + len) emc__seg_lock_init((pthread_mutex_t *)(void *)(p + off));
     }
     munmap(p, size);
   }

@@ -38,12 +38,13 @@ int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t 
   const emc__page_layout *L = &h->layout[t];
   int64_t loc = emc__pool_alloc(h, t);
   unsigned char *pg;
+  uint32_t p, slot;
   uint64_t lm;
   if (loc < 0) return 0;
-  pg = emc__page_at(h, (uint64_t)loc / h->max_slots);
-  emc__row_store(emc__slot_row(pg, L, (uint32_t)(loc % h->max_slots)), row,
-                 c->store->tables[t].full_bytes);
-  if (L->off_owner) EMC_ST_RELAXED(emc__slot_owner(pg, L, (uint32_t)(loc % h->max_slots)), id);
+  emc__slot_split(h, (uint32_t)loc, &p, &slot);
+  pg = emc__page_at(h, p);
+  emc__row_store(emc__slot_row(pg, L, slot), row, c->store->tables[t].full_bytes);
+  if (L->off_owner) EMC_ST_RELAXED(emc__slot_owner(pg, L, slot), id);
   lm = emc__lm_make((uint32_t)loc, emc__next_meta(h, dirty ? EMC__META_DIRTY : 0));
   EMC__TP(EMC__TP_WRITE, "admit: row in slot");
   if (pos >= 0) { /* unified entry -> slot */

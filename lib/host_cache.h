@@ -128,15 +128,16 @@ static inline void emc__slot_split(const emc__host_cache *h, uint32_t loc, uint3
   *p = q;
   *s = loc - q * h->max_slots;
 }
-/* Row address of slot handle `loc` under table t's layout, or NULL when the handle cannot be
- * a slot of table t (a stale loc: the reader's validation then fails anyway). */
+/* Row address of slot handle `loc` under table t's layout (its page and slot index into
+ * *page and *slot, for the owner word), or NULL when the handle cannot be a slot of table t
+ * (a stale loc: the reader's validation then fails anyway). */
 static inline unsigned char *emc__slot_addr(const emc__host_cache *h, uint32_t t, uint32_t loc,
-                                            unsigned char **page) {
-  uint32_t p, s;
-  emc__slot_split(h, loc, &p, &s);
-  if (p >= h->n_pages || s >= h->layout[t].n_slots) return NULL;
+                                            unsigned char **page, uint32_t *slot) {
+  uint32_t p;
+  emc__slot_split(h, loc, &p, slot);
+  if (p >= h->n_pages || *slot >= h->layout[t].n_slots) return NULL;
   *page = emc__page_at(h, p);
-  return emc__slot_row(*page, &h->layout[t], s);
+  return emc__slot_row(*page, &h->layout[t], *slot);
 }
 /* A fresh meta for a write (writer only): the counter advances, flags as given. */
 static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {

@@ -106,15 +106,15 @@ void emc__hix_remove(emc_cache *c, int64_t pos) {
 int emc__hix_entry_is(const emc_cache *c, uint32_t t, uint64_t lm, uint64_t id) {
   const emc__host_cache *h = c->host;
   const emc__table *tb = &c->store->tables[t];
-  uint32_t loc = emc__lm_loc(lm);
+  uint32_t loc = emc__lm_loc(lm), slot;
   unsigned char *pg;
   if (tb->kind == EMC_TABLE_DENSE) return 1;
   if (loc & EMC__LOC_HOST) {
     uint64_t row = loc & EMC__LOC_MAX;
     return row < EMC_LD_ACQUIRE(tb->count) && EMC_LD_RELAXED(&tb->row_ids[row]) == id;
   }
-  if (!emc__slot_addr(h, t, loc, &pg)) return 0;
-  return EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], loc % h->max_slots)) == id;
+  if (!emc__slot_addr(h, t, loc, &pg, &slot)) return 0;
+  return EMC_LD_RELAXED(emc__slot_owner(pg, &h->layout[t], slot)) == id;
 }
 
 void emc__hix_maintain(emc_cache *c, int finish) {

@@ -143,6 +143,8 @@ EMC_INTERNAL void emc__seg_unmap(emc_store *s);
 /* Where a segment's writers' lock lies (the fuzz target re-initialises it: a process that
  * writes over the lock's own bytes can make others wait, which no check can prevent). */
 EMC_INTERNAL void emc__seg_lock_span(size_t *off, size_t *len);
+/* Make *m a segment's writers' lock: process-shared and robust. 0, or an errno value. */
+EMC_INTERNAL int emc__seg_lock_init(pthread_mutex_t *m);
 
 /* Row address of a dense row or of hashed row index `row`. */
 static inline unsigned char *emc__store_row(const emc__table *t, uint64_t row) {

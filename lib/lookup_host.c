@@ -63,7 +63,7 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
     uint32_t e1 = EMC_LD_ACQUIRE(h->ix.epoch);
     int64_t pos = emc__hix_find(&h->ix, key);
     uint64_t lm1, owner = id;
-    uint32_t loc;
+    uint32_t loc, slot;
     unsigned char *pg, *src = NULL;
     int uni_mine = 0;
     EMC__TP(EMC__TP_READ, "read: probed");
@@ -95,8 +95,8 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
       uni_mine = tb->kind == EMC_TABLE_HASHED && row < EMC_LD_ACQUIRE(tb->count) &&
                  EMC_LD_RELAXED(&tb->row_ids[row]) == id;
       if (uni_mine) emc__store_row_read(c->store, t, row, dst);
-    } else if ((src = emc__slot_addr(h, t, loc, &pg)) != NULL) {
-      if (L->off_owner) owner = EMC_LD_RELAXED(emc__slot_owner(pg, L, loc % h->max_slots));
+    } else if ((src = emc__slot_addr(h, t, loc, &pg, &slot)) != NULL) {
+      if (L->off_owner) owner = EMC_LD_RELAXED(emc__slot_owner(pg, L, slot));
       emc__row_load(dst, src, tb->row_bytes);
     }
     EMC__TP(EMC__TP_READ, "read: row copied");
@@ -258,18 +258,16 @@ static inline __attribute__((always_inline)) void stage_c(pipe *P, pipe_slot *ri
   pipe_slot *p = &ring[k % PIPE_RING];
   const emc__host_cache *h = P->h;
   if (p->state == P_HIT) {
-    uint32_t loc, pg, s;
-    const emc__page_layout *L;
+    uint32_t loc, s;
+    unsigned char *page;
     p->lm1 = EMC_LD_RELAXED(&P->ix.lm[p->pos]);
     EMC__TP(EMC__TP_READ, "read: entry loaded");
     loc = emc__lm_loc(p->lm1);
-    emc__slot_split(h, loc, &pg, &s);
-    L = &h->layout[p->t];
-    if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) || pg >= h->n_pages || s >= L->n_slots) {
+    if ((p->lm1 & EMC__LM_BUSY) || (loc & EMC__LOC_HOST) ||
+        !(p->src = emc__slot_addr(h, p->t, loc, &page, &s))) {
       p->state = P_SLOW;
     } else {
-      unsigned char *page = emc__page_at(h, pg);
-      p->src = emc__slot_row(page, L, s);
+      const emc__page_layout *L = &h->layout[p->t];
       prefetch_lines(p->src, p->rb);
       p->owner = NULL;
       if (L->off_owner) {

@@ -121,6 +121,16 @@ static emc_status seg_layout(const emc_table_desc *d, uint32_t n, emc__table *ta
   return EMC_OK;
 }
 
+/* A record's descriptor (its name aside). */
+static void rec_desc(const emc__seg_table *r, emc_table_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->kind = (emc_table_kind)r->kind;
+  d->dtype = (emc_dtype)r->dtype;
+  d->dim = r->dim;
+  d->rows = r->rows;
+  d->state = (emc_row_state)r->state;
+}
+
 /* "/name": what shm_open accepts portably (one leading slash, no other, 2..255 bytes). */
 static emc_status check_name(const char *name) {
   size_t n;
@@ -153,13 +163,9 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct 
   for (i = 0; i < hv->n_tables; i++) {
     emc__table *t = &s->tables[i];
     const emc__seg_table *r = &recs[i];
-    emc_table_desc d = {0};
+    emc_table_desc d;
     size_t mb, ib;
-    d.kind = (emc_table_kind)r->kind;
-    d.dtype = (emc_dtype)r->dtype;
-    d.dim = r->dim;
-    d.rows = r->rows;
-    d.state = (emc_row_state)r->state;
+    rec_desc(r, &d);
     if ((st = emc__table_name(t, i, r->name)) != EMC_OK ||
         (st = emc__table_shape(t, i, &d, &mb, &ib)) != EMC_OK) {
       s->seg_bytes = 0; /* the caller unmaps */
@@ -178,6 +184,18 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct 
   }
   *out = s;
   return EMC_OK;
+}
+
+int emc__seg_lock_init(pthread_mutex_t *m) {
+  pthread_mutexattr_t ma;
+  int e = pthread_mutexattr_init(&ma);
+  if (e == 0) {
+    if ((e = pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED)) == 0 &&
+        (e = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST)) == 0)
+      e = pthread_mutex_init(m, &ma);
+    pthread_mutexattr_destroy(&ma);
+  }
+  return e;
 }
 
 void emc__seg_lock_span(size_t *off, size_t *len) {
@@ -199,7 +217,6 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   emc__seg_table *recs = NULL;
   struct emc__seg_hdr *h = NULL;
   uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, total;
-  pthread_mutexattr_t ma;
   uint32_t i;
   int fd = -1, e;
   emc_status st;
@@ -217,6 +234,10 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   if ((st = seg_layout(tables, n_tables, tabs, recs, &hdr_bytes, &off_stripes, &off_undo,
                        &undo_cap, &total)) != EMC_OK)
     goto out;
+  for (i = 0; i < n_tables; i++) { /* names (<= 255 bytes: emc__table_desc_check) */
+    if ((st = emc__table_name(&tabs[i], i, tables[i].name)) != EMC_OK) goto out;
+    strcpy(recs[i].name, tabs[i].name);
+  }
   fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     e = errno;
@@ -244,27 +265,14 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   h->off_stripes = off_stripes;
   h->off_undo = off_undo;
   h->undo_cap = undo_cap;
-  for (i = 0; i < n_tables; i++) {
-    char buf[32];
-    const char *nm = tables[i].name;
-    if (!nm) {
-      snprintf(buf, sizeof buf, "t%u", i);
-      nm = buf;
-    }
-    strcpy(recs[i].name, nm); /* <= 255 bytes: emc__table_desc_check */
-  }
   memcpy((unsigned char *)h + hdr_bytes, recs, (size_t)n_tables * sizeof *recs);
-  if (pthread_mutexattr_init(&ma) != 0 ||
-      pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) != 0 ||
-      pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST) != 0 ||
-      pthread_mutex_init(&h->lock, &ma) != 0) {
+  if (emc__seg_lock_init(&h->lock) != 0) {
     munmap(h, (size_t)total);
     h = NULL;
     shm_unlink(name);
     st = EMC_FAIL(EMC_EIO, "shared memory '%s': cannot make a process-shared robust lock", name);
     goto out;
   }
-  pthread_mutexattr_destroy(&ma);
   if ((st = bind_store(h, (size_t)total, h, recs, out)) != EMC_OK) {
     munmap(h, (size_t)total);
     shm_unlink(name);
@@ -329,11 +337,7 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
       st = EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': table %u's name is not terminated", name, i);
       goto out;
     }
-    d[i].kind = (emc_table_kind)recs[i].kind;
-    d[i].dtype = (emc_dtype)recs[i].dtype;
-    d[i].dim = recs[i].dim;
-    d[i].rows = recs[i].rows;
-    d[i].state = (emc_row_state)recs[i].state;
+    rec_desc(&recs[i], &d[i]);
     if (emc__table_desc_check(&d[i], i) != EMC_OK) {
       char why[256]; /* EMC_FAIL writes the buffer emc_last_error_detail reads */
       snprintf(why, sizeof why, "%s", emc_last_error_detail());
