@@ -26,8 +26,9 @@
  *
  * Threads
  *   emc_store: emc_store_read may run concurrently with anything. Writers (write,
- *   fill_uniform) are serialized internally. While a cache is attached to a store, the
- *   store may only be changed through that cache (write/fill return EMC_EUNSUPPORTED).
+ *   fill_uniform) are serialized internally. While a cache is attached to a private store,
+ *   the store may only be changed through that cache (write/fill return EMC_EUNSUPPORTED);
+ *   a shared store takes writes from anywhere (see "shared stores").
  *   emc_cache: emc_lookup, emc_lookup_ex, emc_insert, emc_flush and emc_get_stats may be
  *   called concurrently from any number of threads. Host backend: lookups never block on a
  *   lock: they read optimistically and validate each row against its index entry's version;
@@ -248,7 +249,7 @@ EMC_API emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, f
 /* Fill table `table` with emc_uniform_row(seed, table, id, lo, hi, ...) for every dense
  * id in [0, rows), or for every id already present in a hashed table.
  * Errors: EMC_EINVAL (NULL, bad bounds), EMC_ERANGE (table), EMC_EUNSUPPORTED (a cache
- * is attached), EMC_ENOMEM (a row buffer), EMC_ECORRUPT (a shared store whose lock was
+ * is attached to this private store), EMC_ENOMEM (a row buffer), EMC_ECORRUPT (a shared store whose lock was
  * written over). Blocking. */
 EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float hi,
                                           uint64_t seed);
@@ -259,7 +260,8 @@ EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo
  * The call is all-or-nothing: ids are checked (range, hashed capacity) before any row is
  * written. Errors: EMC_EINVAL (NULL with n > 0; n ids or rows whose byte size overflows),
  * EMC_ERANGE (table, dense id >= rows, hashed table would exceed its capacity),
- * EMC_EUNSUPPORTED (a cache is attached), EMC_ENOMEM (hashed: the scratch set of new ids),
+ * EMC_EUNSUPPORTED (a cache is attached to this private store), EMC_ENOMEM (hashed: the
+ * scratch set of new ids),
  * EMC_ECORRUPT (a shared store whose id map another process corrupted: the rows before the
  * bad id are written; or whose lock was written over: nothing written). n == 0 is a no-op.
  * Blocking. */
@@ -267,8 +269,9 @@ EMC_API emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t 
                                    size_t n, const void *rows);
 
 /* Read n rows of one table into rows (n, dim), packed in the table's dtype. A hashed id
- * that is absent reads as a zero row. With an attached cache the store may hold older
- * values than the cache (rows inserted and not yet written back): emc_flush first.
+ * that is absent reads as a zero row. With a cache attached to a private store the store
+ * may hold older values than the cache (rows inserted and not yet written back): emc_flush
+ * first. A shared store always holds its caches' writes.
  * Errors: EMC_EINVAL (NULL with n > 0; n ids or rows whose byte size overflows), EMC_ERANGE
  * (table, dense id >= rows). Blocking;
  * `rows` is untouched on failure. */
@@ -310,7 +313,18 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
  * that dies mid-call leaves every row whole (the row it was writing keeps its old value; the
  * next writer or a waiting reader repairs it), but the rows it wrote before its death stay
  * written. A process's private memory for a shared store does not grow with its rows.
- * Caches over a shared store are not supported yet (emc_cache_create: EMC_EUNSUPPORTED).
+ * Caches: any number of host caches, in any processes (several in one process too), may
+ * serve one shared store. Their writes (emc_insert, emc_apply_gradients) go through to the
+ * shared rows before the call returns (rows are never dirty; emc_flush has nothing to do),
+ * under the segment's lock, held for the whole call. The segment keeps an update log (the
+ * keys each write changed, and a sequence number): every call of a cache first reads the
+ * sequence (one atomic load) and drops, or refreshes when pinned by emc_prefetch, its copies
+ * of rows written since; a cache that fell further behind than the log holds (the store's
+ * rows rounded up to a power of two, 1024 to 32768 entries) drops every row of the tables
+ * written meanwhile. So a lookup in any process never returns a row older than a
+ * write, by any process and any path (emc_store_write, _fill_uniform, a cache's write),
+ * that completed before the lookup began. CUDA caches over a shared store are not built yet
+ * (emc_cache_create: EMC_EUNSUPPORTED; EMC_BACKEND_AUTO picks the host backend for one).
  * The name is what shm_open takes: "/" then 1..254 bytes without "/" (e.g. "/embcache-m1").
  * emc_store_destroy unmaps the store from this process; the memory stays while the name
  * exists or another process has it mapped (emc_store_unlink removes the name). A process
@@ -417,7 +431,8 @@ typedef struct emc_cache emc_cache;
  * EMC_EUNSUPPORTED (built without CUDA). Blocking (initialises the CUDA runtime). */
 EMC_API emc_status emc_device_count(int *out);
 
-/* Create a cache over `store` and attach it (a store serves at most one cache).
+/* Create a cache over `store` and attach it (a private store serves at most one cache; a
+ * shared store any number of host caches, see "shared stores").
  *   cfg: NULL for defaults; otherwise cfg->struct_size must be sizeof(emc_cache_config)
  *        or a size of an earlier version of the struct (missing fields take defaults).
  * The global key codec is built here: a canonical Huffman code of the table ids weighted by
@@ -426,8 +441,8 @@ EMC_API emc_status emc_device_count(int *out);
  * emc_admission, capacity too small for
  * one row of the widest table, or so large that the pool would need more than 2^31 - 1 pages
  * or 2^32 row slots: about 2^48 bytes for wide rows, less for narrow ones), EMC_EKEYSPACE (a table cannot fit key_bits: the detail names it and the bits it
- * lacks), EMC_EUNSUPPORTED (store already has a cache, or is a shared store; CUDA requested
- * from a build without CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
+ * lacks), EMC_EUNSUPPORTED (a private store that already has a cache; CUDA requested over
+ * a shared store, or from a build without CUDA), EMC_ENODEV (CUDA requested and no device), EMC_EDEVMEM (capacity_bytes, with the
  * index, above the device's free memory), EMC_ECUDA (a CUDA call failed; its text in the
  * detail; nothing is leaked), EMC_ENOMEM (the cache's host structures; host backend: the
  * pool arena and the index, whose sizes follow capacity_bytes; the admission thread could

@@ -97,8 +97,13 @@ static void admit_one(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uint6
   }
   srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find(tb, id);
   if (srow < 0) return;
-  /* the current store row and its state: store rows change only under this lock */
-  emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
+  if (c->host->shared) {
+    /* other processes write the rows: a versioned read. A write published after it is
+     * dropped by the next sync, which needs the lock this admission holds (sync_host.c) */
+    emc__store_full_read(c->store, t, (uint64_t)srow, row);
+  } else { /* the current store row and its state: store rows change only under this lock */
+    emc__row_load(row, emc__store_row(tb, (uint64_t)srow), tb->full_bytes);
+  }
   if (emc__admit_row(c, t, id, key, pos, row, 0, at)) (*admitted)++;
   else (*skipped)++;
 }

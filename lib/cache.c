@@ -141,6 +141,11 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   if (cfg.unified_index_rows > (1ull << 32))
     return EMC_FAIL(EMC_EINVAL, "unified_index_rows = %llu; at most 2^32",
                     (unsigned long long)cfg.unified_index_rows);
+  /* a shared store serves host caches (CUDA caches over it: issue 20, not yet built) */
+  if (store->seg && cfg.backend == EMC_BACKEND_AUTO) cfg.backend = EMC_BACKEND_HOST;
+  if (store->seg && cfg.backend == EMC_BACKEND_CUDA)
+    return EMC_FAIL(EMC_EUNSUPPORTED, "CUDA caches over a shared store are not supported yet; "
+                    "use EMC_BACKEND_HOST (or AUTO, which picks it for a shared store)");
   EMC_TRY(pick_backend(&cfg));
 
   if (!(c = emc__calloc(1, sizeof *c))) return EMC_FAIL(EMC_ENOMEM, "cache");
@@ -219,6 +224,7 @@ emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64_t *offs
   if (c && IS_CUDA(c)) return emc__cuda_lookup(c, ids, offsets, out, where, stream);
   (void)stream; /* host backend: ignored */
   EMC_TRY(check_batch(c, ids, offsets, out, "out"));
+  emc__host_sync(c); /* a shared store: no copy older than a completed write */
   return emc__host_lookup(c, ids, offsets, out, where);
 }
 
@@ -227,12 +233,31 @@ emc_status emc_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets
   return emc_lookup_ex(c, ids, offsets, out, NULL, stream);
 }
 
+/* The host backend's calls that change the cache. Over a shared store they hold the store's
+ * lock throughout (the store's lock before the cache's): rows they read are current, rows
+ * they write go through to the store, and what they write is announced in the update log
+ * first and published last. */
+enum { CALL_INSERT, CALL_APPLY, CALL_PREFETCH };
+static emc_status host_shared_call(emc_cache *c, int call, const uint64_t *ids,
+                                   const uint64_t *offsets, const void *rows, const void *grads,
+                                   const emc_optimizer *opt) {
+  int writes = call != CALL_PREFETCH;
+  uint64_t pre = 0;
+  emc_status st;
+  EMC_TRY(emc__host_shared_begin(c, ids, offsets, writes, &pre));
+  st = call == CALL_INSERT  ? emc__host_insert(c, ids, offsets, rows)
+       : call == CALL_APPLY ? emc__host_apply(c, ids, offsets, grads, opt)
+                            : emc__host_prefetch(c, ids, offsets);
+  emc__host_shared_end(c, writes, pre);
+  return st;
+}
+
 emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                       const void *rows, void *stream) {
   if (c && IS_CUDA(c)) return emc__cuda_insert(c, ids, offsets, rows, stream);
   (void)stream;
   EMC_TRY(check_batch(c, ids, offsets, rows, "rows"));
-  return emc__host_insert(c, ids, offsets, rows);
+  return host_shared_call(c, CALL_INSERT, ids, offsets, rows, NULL, NULL);
 }
 
 emc_status emc_flush(emc_cache *c, void *stream) {
@@ -327,7 +352,7 @@ emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offse
   (void)stream;
   EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
   EMC_TRY(check_positions(c, offsets));
-  return emc__host_prefetch(c, ids, offsets);
+  return host_shared_call(c, CALL_PREFETCH, ids, offsets, NULL, NULL, NULL);
 }
 
 emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -346,7 +371,7 @@ emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t
   total = offsets[c->store->n_tables];
   if (total > 0 && !grads)
     return EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)total);
-  return emc__host_apply(c, ids, offsets, grads, opt);
+  return host_shared_call(c, CALL_APPLY, ids, offsets, NULL, grads, opt);
 }
 
 emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,

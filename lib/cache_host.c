@@ -46,6 +46,8 @@ emc_status emc__host_create(emc_cache *c) {
   }
   h->lock_ok = 1;
   h->pipelined = 1;
+  h->shared = s->seg != NULL;
+  h->log_seen = emc__log_seq(s); /* an empty cache: nothing written before is held */
   if ((st = emc__pool_geometry(c, &g, h->layout)) != EMC_OK) {
     emc__host_destroy(c);
     return st;
@@ -56,6 +58,10 @@ emc_status emc__host_create(emc_cache *c) {
   h->max_slots = g.max_slots;
   h->slots_magic = g.max_slots > 1 ? UINT64_MAX / g.max_slots + 1u : 0;
   h->max_stride = g.max_stride;
+  if (h->shared && !(h->sync_row = emc__malloc(g.max_stride))) {
+    emc__host_destroy(c);
+    return EMC_FAIL(EMC_ENOMEM, "cache row buffer");
+  }
   h->max_rows = g.max_rows;
   h->n_pages = g.n_pages;
   for (t = 0; t < n; t++) h->partial_head[t] = EMC__PAGE_NONE;
@@ -95,13 +101,14 @@ void emc__host_destroy(emc_cache *c) {
   free(h->partial_head);
   free(h->rows_cached);
   free(h->hist);
+  free(h->sync_row);
   free(h);
   c->host = NULL;
 }
 
 /* ================================================================= insert */
 void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
-                          const unsigned char *src, uint32_t bytes, uint64_t now) {
+                          const unsigned char *src, uint32_t bytes, uint64_t now, int dirty) {
   emc__host_cache *h = c->host;
   uint32_t loc = emc__lm_loc(lm);
   unsigned char *pg = emc__page_at(h, loc / h->max_slots);
@@ -113,10 +120,11 @@ void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
   EMC__TP(EMC__TP_WRITE, "update: row written");
   EMC_FENCE_RELEASE();
   EMC_ST_RELAXED(&h->ix.lm[pos],
-                 emc__lm_make(loc, emc__next_meta(h, EMC__META_DIRTY |
+                 emc__lm_make(loc, emc__next_meta(h, (dirty ? EMC__META_DIRTY : 0) |
                                                          (emc__lm_meta(lm) & EMC__META_PINS))));
   EMC__TP(EMC__TP_WRITE, "update: lm published");
-  if (!(lm & EMC__LM_DIRTY)) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+  if (dirty && !(lm & EMC__LM_DIRTY)) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+  if (!dirty && (lm & EMC__LM_DIRTY)) __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
 }
 
 emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -160,16 +168,18 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
        * id in the store never see a placeholder), and a later write-back has a place */
       srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, src);
       inserted++;
+      /* a shared store: written through now (its lock is held, cache.c), the copy is clean */
+      if (h->shared) emc__store_row_write(s, t, (uint64_t)srow, src);
       pos = emc__index_find(&h->ix, key);
       if (pos >= 0) {
         uint64_t lm = emc__ix_lm(&h->ix, (uint64_t)pos);
         int mine = emc__hix_entry_is(c, t, lm, id);
         if (mine && !(emc__lm_loc(lm) & EMC__LOC_HOST)) { /* cached: update in place */
-          emc__update_in_place(c, t, pos, lm, src, tb->row_bytes, now);
+          emc__update_in_place(c, t, pos, lm, src, tb->row_bytes, now, !h->shared);
           continue;
         }
         if (!mine) { /* hashed collision: this id is never cached */
-          emc__store_row_write(s, t, (uint64_t)srow, src);
+          if (!h->shared) emc__store_row_write(s, t, (uint64_t)srow, src);
           continue;
         }
       }
@@ -182,10 +192,10 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
                         tb->full_bytes - tb->state_off);
           full = full_row;
         }
-        if (pos != -2 && emc__admit_row(c, t, id, key, pos, full, 1, now)) continue;
+        if (pos != -2 && emc__admit_row(c, t, id, key, pos, full, !h->shared, now)) continue;
       }
       /* no room (t1 too close to t2 for this row, or no page left): write through */
-      emc__store_row_write(s, t, (uint64_t)srow, src);
+      if (!h->shared) emc__store_row_write(s, t, (uint64_t)srow, src);
     }
   }
   emc__hix_maintain(c, 0);

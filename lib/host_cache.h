@@ -10,6 +10,7 @@
  *   lookup_host.c the lookup: the pipelined batched read and the per-row reference read
  *   admit_host.c  admission of a lookup's misses: inline, or by the cache's admission thread
  *   train_host.c  the training calls: dedup, prefetch (and its pins), apply_gradients
+ *   sync_host.c   a shared store's update log applied: the copies other writers outdated go
  *
  * Concurrency: one writer lock (`lock`) serializes every change; lookups take no lock and read
  * by the protocol of lib/emc_item.h ("index").
@@ -109,6 +110,10 @@ struct emc__host_cache {
   uint64_t adm_pending;       /* rows pushed and not yet processed (atomic): the queue bound */
   int adm_stop;               /* under adm_mu */
   int adm_sync_ok;            /* adm_mu, adm_cv and adm_sem initialised */
+  /* a shared store (sync_host.c): rows are written through, never dirty */
+  int shared;                 /* the store is shared */
+  uint64_t log_seen;          /* the store's update log is applied up to here (atomic) */
+  unsigned char *sync_row;    /* max_stride bytes: a pinned row refreshed (writer) */
 };
 
 #define EMC__CNT_ADD(field, v) __atomic_fetch_add(&(field), (v), __ATOMIC_RELAXED)
@@ -228,9 +233,22 @@ EMC_INTERNAL int64_t emc__admit_pos(emc_cache *c, uint32_t t, uint64_t id, uint6
 EMC_INTERNAL int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
                                 const unsigned char *row, int dirty, uint64_t now);
 /* Overwrite the first `bytes` bytes of the cached slot of the entry (pos, lm) in place by the
- * writer protocol; the entry becomes dirty, its pins stay. */
+ * writer protocol; the entry becomes dirty (or clean: `dirty` 0, the store holds the same
+ * bytes), its pins stay. */
 EMC_INTERNAL void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
-                                       const unsigned char *src, uint32_t bytes, uint64_t now);
+                                       const unsigned char *src, uint32_t bytes, uint64_t now,
+                                       int dirty);
+
+/* ---------------------------------------------------------------- sync_host.c */
+/* A shared store's update log, applied to the cache up to the store's published sequence:
+ * every pool copy of a row written since the last call is dropped (a pinned one refreshed
+ * from the store, clean); a table whose entries the log no longer holds loses every copy.
+ * emc__host_sync: one acquire load when nothing was written (else takes the writer lock);
+ * _locked: the writer lock held. No-ops for a private store. */
+EMC_INTERNAL void emc__host_sync_locked(emc_cache *c);
+/* After a write call of this cache published entries (pre, post] (the store's lock still
+ * held): log_seen moves to post when it stood at pre, its copies being current. */
+EMC_INTERNAL void emc__host_own_writes(emc_cache *c, uint64_t pre, uint64_t post);
 
 /* ---------------------------------------------------------------- train_host.c */
 EMC_INTERNAL emc_status emc__pins_create(emc_cache *c);

@@ -126,6 +126,10 @@ struct emc_store {
   size_t seg_bytes;
   unsigned char *seg_undo;       /* its undo slot, and the slot's bytes: checked copies, never */
   uint32_t seg_undo_cap;         /* re-read from the segment */
+  struct emc__seg_log_ent *seg_log;  /* its update log's ring, of seg_log_cap entries */
+  uint64_t seg_log_cap;
+  struct emc__seg_table *seg_recs;   /* its table records (each table's last_seq) */
+  uint32_t caches;               /* a shared store: this process's caches over it (under lock) */
 };
 
 /* The writers' lock of a store (a private store's mutex, or the shared segment's robust
@@ -145,6 +149,21 @@ EMC_INTERNAL void emc__seg_unmap(emc_store *s);
 EMC_INTERNAL void emc__seg_lock_span(size_t *off, size_t *len);
 /* Make *m a segment's writers' lock: process-shared and robust. 0, or an errno value. */
 EMC_INTERNAL int emc__seg_lock_init(pthread_mutex_t *m);
+
+/* The update log of a shared store (lib/store/seg_log.c; a private store has none: its
+ * sequence is always 0). Writers, the store's lock held: announce what they are about to
+ * write (one table's ids; a batch packed by offsets; a whole table), change the rows, then
+ * publish. Readers: emc__log_seq (acquire) is the last published entry; emc__log_entry reads
+ * entry q (0 when its slot was rewritten: the log wrapped past q); emc__log_table_seq is >=
+ * the seq of every entry of the table. */
+EMC_INTERNAL uint64_t emc__log_seq(const emc_store *s);
+EMC_INTERNAL uint64_t emc__log_cap(const emc_store *s);
+EMC_INTERNAL uint64_t emc__log_table_seq(const emc_store *s, uint32_t table);
+EMC_INTERNAL void emc__log_ids(emc_store *s, uint32_t table, const uint64_t *ids, uint64_t n);
+EMC_INTERNAL void emc__log_batch(emc_store *s, const uint64_t *ids, const uint64_t *offsets);
+EMC_INTERNAL void emc__log_table(emc_store *s, uint32_t table);
+EMC_INTERNAL void emc__log_publish(emc_store *s);
+EMC_INTERNAL int emc__log_entry(const emc_store *s, uint64_t q, uint32_t *table, uint64_t *id);
 
 /* Row address of a dense row or of hashed row index `row`. */
 static inline unsigned char *emc__store_row(const emc__table *t, uint64_t row) {
@@ -269,6 +288,14 @@ EMC_INTERNAL emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, cons
 EMC_INTERNAL emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                          const void *rows);
 EMC_INTERNAL emc_status emc__host_flush(emc_cache *c);
+/* A host cache over a shared store (sync_host.c): apply the update log (see host_cache.h);
+ * around a writing call, take the store's lock, announce the batch (announce: 1) and apply
+ * the log (shared_begin), then publish and release (shared_end). No-ops for private stores. */
+EMC_INTERNAL void emc__host_sync(emc_cache *c);
+EMC_INTERNAL emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids,
+                                               const uint64_t *offsets, int announce,
+                                               uint64_t *pre);
+EMC_INTERNAL void emc__host_shared_end(emc_cache *c, int announced, uint64_t pre);
 EMC_INTERNAL void emc__host_stats(const emc_cache *c, emc_stats *out);
 EMC_INTERNAL uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table);
 /* Training calls (train_host.c). */

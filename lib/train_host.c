@@ -34,7 +34,9 @@
  *   Under the lock, for each distinct (table, id): the merged gradient (emc_item.h,
  *   emc__grad_add / emc__grad_mean), then the row and its state are read from wherever the
  *   row lives, stepped (emc__opt_step) and written back there: a cached slot in place by the
- *   writer protocol (dirty), else a fresh slot (admitted dirty), else the store row.
+ *   writer protocol (dirty), else a fresh slot (admitted dirty), else the store row. Over a
+ *   shared store the stepped row is also written to the store row, and the copy stays clean
+ *   (cache.c holds the store's lock through the call).
  */
 #include <math.h>
 #include <stdio.h>
@@ -389,6 +391,10 @@ static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const
   int64_t pos = emc__index_find(&h->ix, key), srow;
   int collision = 0;
   float state = 0.0f;
+  /* a shared store: the stepped row goes to the store too (its lock is held, cache.c) and
+   * the cached copy stays clean */
+  srow = !h->shared ? -1
+         : tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, NULL);
   if (pos >= 0) {
     uint64_t lm = emc__ix_lm(&h->ix, (uint64_t)pos);
     collision = !emc__hix_entry_is(c, t, lm, id);
@@ -400,12 +406,14 @@ static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const
       emc__opt_step(buf, &state, g, tb->dim, tb->dtype, (uint32_t)o->kind, o->lr, o->eps,
                     o->initial_accumulator);
       if (tb->state != EMC_STATE_NONE) memcpy(buf + tb->state_off, &state, 4);
-      emc__update_in_place(c, t, pos, lm, buf, tb->full_bytes, now);
+      emc__update_in_place(c, t, pos, lm, buf, tb->full_bytes, now, !h->shared);
+      if (h->shared) emc__store_full_write(s, t, (uint64_t)srow, buf);
       return;
     }
   }
   /* the store row (hashed ids get one: capacity was checked), stepped */
-  srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, NULL);
+  if (srow < 0)
+    srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, NULL);
   emc__store_full_read(s, t, (uint64_t)srow, buf);
   if (tb->state != EMC_STATE_NONE) memcpy(&state, buf + tb->state_off, 4);
   emc__opt_step(buf, &state, g, tb->dim, tb->dtype, (uint32_t)o->kind, o->lr, o->eps,
@@ -413,7 +421,10 @@ static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const
   if (tb->state != EMC_STATE_NONE) memcpy(buf + tb->state_off, &state, 4);
   if (!collision && emc__make_room(c, h->layout[t].stride, now)) {
     pos = emc__admit_pos(c, t, id, key, &collision);
-    if (pos != -2 && emc__admit_row(c, t, id, key, pos, buf, 1, now)) return;
+    if (pos != -2 && emc__admit_row(c, t, id, key, pos, buf, !h->shared, now)) {
+      if (h->shared) emc__store_full_write(s, t, (uint64_t)srow, buf);
+      return;
+    }
   }
   emc__store_full_write(s, t, (uint64_t)srow, buf); /* no room: the store holds the step */
 }

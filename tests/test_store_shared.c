@@ -14,7 +14,7 @@
  *               counting it (the next writer counts it); nobody waits for the dead
  *   files       save from a shared store, open a file into a new shared store
  *   bad input   names, missing names, foreign, truncated and other-version segments, a
- *               segment never finished, a cache over a shared store, a bad file for
+ *               segment never finished, a CUDA cache over a shared store, a bad file for
  *               emc_store_open_shared (no name left behind)
  */
 #define _GNU_SOURCE 1
@@ -447,9 +447,9 @@ START_TEST(bad_names_and_segments) {
   ck_assert_int_eq(emc_store_create_shared(name, TABLES, 2, &s), EMC_OK);
   ck_assert_int_eq(emc_store_create_shared(name, TABLES, 2, &a), EMC_EIO); /* exists */
   ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), strerror(EEXIST)));
-  /* a cache over a shared store: not yet */
+  /* a CUDA cache over a shared store: not yet (host caches: test_shared_cache) */
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_HOST;
+  cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 1u << 20;
   ck_assert_int_eq(emc_cache_create(s, &cfg, &c), EMC_EUNSUPPORTED);
   ck_assert_ptr_null(c);

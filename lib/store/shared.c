@@ -12,6 +12,7 @@
  *   hdr_bytes     n_tables emc__seg_table records: descriptor, block offsets, `count`
  *   off_stripes   EMC__STORE_STRIPES row versions
  *   off_undo      one row slot (the widest full row): a row's old bytes while it is written
+ *   off_log       the update log: log_cap entries (seg_log.c)
  *   page-aligned  per table: rows, then (hashed) map ids, map rows + 1, row ids
  * Fresh shared memory is zero, which is what an empty store holds (zero rows, empty maps).
  *
@@ -24,8 +25,9 @@
  * a version odd for long tries the lock and repairs the same way if its holder is dead; a
  * reader never waits for a dead process.
  *
- * Not yet here (issue 20, later parts): caches over a shared store (EMC_EUNSUPPORTED until
- * write-through and the update log exist), the training group.
+ * Caches over a shared store write through and keep their copies fresh by the segment's
+ * update log (seg_log.c, lib/sync_host.c). Not yet here (issue 20, later parts): CUDA caches
+ * over a shared store, the training group.
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
@@ -39,35 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../internal.h"
-
-#define EMC__SEG_MAGIC "EMCSHM\x01\x00" /* 8 bytes */
-#define EMC__SEG_VERSION 1u
-#define EMC__SEG_NAME_BYTES 256u          /* a table name and its NUL */
-#define EMC__SEG_READY_WAIT_MS 2000u      /* attach waits this long for a creator to finish */
-
-typedef struct emc__seg_table {
-  char name[EMC__SEG_NAME_BYTES];
-  uint32_t kind, dtype, dim, state;
-  uint64_t rows;
-  uint64_t off_base, off_map_ids, off_map_rowp1, off_row_ids; /* 0: none (dense maps) */
-  uint64_t count;                   /* hashed: rows used (the emc__table's count points here) */
-  uint64_t reserved_[3];
-} emc__seg_table;
-
-struct emc__seg_hdr {
-  char magic[8];
-  uint32_t version, n_tables;
-  uint64_t total_bytes;             /* the segment's size */
-  uint32_t ready;                   /* 1 once the creator laid everything out (release) */
-  uint32_t lock_bytes;              /* sizeof(pthread_mutex_t) of the creator */
-  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap;
-  uint32_t undo_valid, undo_table;  /* the undo slot holds table's row undo_row */
-  uint64_t undo_row;
-  uint32_t undo_bytes, pad_;
-  uint64_t reserved_[6];
-  pthread_mutex_t lock;             /* the writers' lock: process-shared, robust */
-};
+#include "seg.h"
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1u) / a * a; }
 
@@ -75,8 +49,9 @@ static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1u) / a * a; 
  * tabs, names not set), the total size. Descriptors already checked. */
 static emc_status seg_layout(const emc_table_desc *d, uint32_t n, emc__table *tabs,
                              emc__seg_table *recs, uint64_t *hdr_bytes, uint64_t *off_stripes,
-                             uint64_t *off_undo, uint64_t *undo_cap, uint64_t *total) {
-  uint64_t at, widest = 16;
+                             uint64_t *off_undo, uint64_t *undo_cap, uint64_t *off_log,
+                             uint64_t *log_cap, uint64_t *total) {
+  uint64_t at, widest = 16, rows = 0;
   uint32_t i;
   *hdr_bytes = round_up(sizeof(struct emc__seg_hdr), 64);
   at = *hdr_bytes + (uint64_t)n * sizeof(emc__seg_table);
@@ -86,10 +61,14 @@ static emc_status seg_layout(const emc_table_desc *d, uint32_t n, emc__table *ta
     size_t mb, ib;
     EMC_TRY(emc__table_shape(&tabs[i], i, &d[i], &mb, &ib));
     if (tabs[i].stride > widest) widest = tabs[i].stride;
+    rows += tabs[i].rows;
   }
+  for (*log_cap = EMC__SEG_LOG_MIN; *log_cap < rows && *log_cap < EMC__SEG_LOG_MAX;) *log_cap <<= 1;
   *off_undo = round_up(at, 64);
   *undo_cap = widest;
   at = *off_undo + widest;
+  *off_log = round_up(at, 64);
+  at = *off_log + *log_cap * sizeof(emc__seg_log_ent);
   for (i = 0; i < n; i++) {
     const emc__table *t = &tabs[i];
     emc__seg_table *r = &recs[i];
@@ -160,6 +139,9 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct 
   s->seg_undo = base + hv->off_undo;
   s->seg_undo_cap = (uint32_t)hv->undo_cap;
   s->wlock = &h->lock;
+  s->seg_log = (struct emc__seg_log_ent *)(base + hv->off_log);
+  s->seg_log_cap = hv->log_cap;
+  s->seg_recs = live;
   for (i = 0; i < hv->n_tables; i++) {
     emc__table *t = &s->tables[i];
     const emc__seg_table *r = &recs[i];
@@ -216,7 +198,7 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   emc__table *tabs = NULL;
   emc__seg_table *recs = NULL;
   struct emc__seg_hdr *h = NULL;
-  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, total;
+  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, off_log, log_cap, total;
   uint32_t i;
   int fd = -1, e;
   emc_status st;
@@ -232,7 +214,7 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
     goto out;
   }
   if ((st = seg_layout(tables, n_tables, tabs, recs, &hdr_bytes, &off_stripes, &off_undo,
-                       &undo_cap, &total)) != EMC_OK)
+                       &undo_cap, &off_log, &log_cap, &total)) != EMC_OK)
     goto out;
   for (i = 0; i < n_tables; i++) { /* names (<= 255 bytes: emc__table_desc_check) */
     if ((st = emc__table_name(&tabs[i], i, tables[i].name)) != EMC_OK) goto out;
@@ -265,6 +247,8 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   h->off_stripes = off_stripes;
   h->off_undo = off_undo;
   h->undo_cap = undo_cap;
+  h->off_log = off_log;
+  h->log_cap = log_cap;
   memcpy((unsigned char *)h + hdr_bytes, recs, (size_t)n_tables * sizeof *recs);
   if (emc__seg_lock_init(&h->lock) != 0) {
     munmap(h, (size_t)total);
@@ -301,7 +285,7 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
   emc__seg_table *recs = NULL, *want = NULL;
   emc__table *tabs = NULL;
   emc_table_desc *d = NULL;
-  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, total;
+  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, off_log, log_cap, total;
   uint32_t i, n, ms;
   emc_status st = EMC_OK;
   if (bytes < sizeof *h || memcmp(h->magic, EMC__SEG_MAGIC, 8) != 0)
@@ -345,9 +329,10 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
       goto out;
     }
   }
-  if (seg_layout(d, n, tabs, want, &hdr_bytes, &off_stripes, &off_undo, &undo_cap, &total) != EMC_OK ||
+  if (seg_layout(d, n, tabs, want, &hdr_bytes, &off_stripes, &off_undo, &undo_cap, &off_log,
+                 &log_cap, &total) != EMC_OK ||
       total != bytes || off_stripes != hv->off_stripes || off_undo != hv->off_undo ||
-      undo_cap != hv->undo_cap) {
+      undo_cap != hv->undo_cap || off_log != hv->off_log || log_cap != hv->log_cap) {
     st = EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': its layout does not follow from its tables",
                   name);
     goto out;
@@ -514,6 +499,8 @@ static void seg_recover(emc_store *s) {
   for (i = 0; i < EMC__STORE_STRIPES; i++) /* readers wait on odd versions */
     if (EMC_LD_RELAXED(&s->stripes[i]) & 1u)
       EMC_ST_RELEASE(&s->stripes[i], EMC_LD_RELAXED(&s->stripes[i]) + 1u);
+  /* what the dead writer announced may have changed: published now (seg_log.c) */
+  emc__log_publish(s);
   for (i = 0; i < s->n_tables; i++) { /* an id published in the map but not counted */
     emc__table *t = &s->tables[i];
     uint64_t c = EMC_LD_RELAXED(t->count);

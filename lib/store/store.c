@@ -8,8 +8,11 @@
  *
  * Concurrency: readers never lock. Row contents are protected by striped versions
  * (emc__store_row_read/write); map slots are published id first, then row + 1 with release.
- * Writers are serialized by the store lock, or by the attached cache's writer lock (the store
- * refuses direct writes while a cache is attached).
+ * Writers of a private store are serialized by the store lock, or by the attached cache's
+ * writer lock (the store refuses direct writes while a cache is attached). A shared store
+ * (shared.c) serves any number of caches in any process: every writer, a cache's too, takes
+ * the segment's lock, and announces and publishes what it writes in the update log
+ * (seg_log.c), by which the caches drop their copies.
  */
 #include <math.h>
 #include <sched.h>
@@ -194,8 +197,8 @@ emc_status emc_store_create(const emc_table_desc *tables, uint32_t n_tables, emc
 void emc_store_destroy(emc_store *s) {
   int attached;
   if (!s) return;
-  pthread_mutex_lock(&s->lock); /* `attached` is this process's (never set on a shared store) */
-  attached = s->attached;
+  pthread_mutex_lock(&s->lock); /* `attached`, `caches`: this process's */
+  attached = s->attached || s->caches;
   pthread_mutex_unlock(&s->lock);
   if (attached) {
     (void)EMC_FAIL(EMC_EINVAL, "the store has an attached cache; destroy the cache first "
@@ -327,11 +330,10 @@ void emc__store_full_write(emc_store *s, uint32_t table, uint64_t row, const voi
 
 emc_status emc__store_attach(emc_store *s) {
   emc_status st = EMC_OK;
-  if (s->seg) /* issue 20, part 2: write-through and the update log come first */
-    return EMC_FAIL(EMC_EUNSUPPORTED, "caches over a shared store are not supported yet: "
-                    "read it with emc_store_read");
   pthread_mutex_lock(&s->lock);
-  if (s->attached)
+  if (s->seg) /* a shared store serves any number of caches (they write through) */
+    s->caches++;
+  else if (s->attached)
     st = EMC_FAIL(EMC_EUNSUPPORTED, "the store already serves a cache (one cache per store)");
   else
     s->attached = 1;
@@ -341,7 +343,8 @@ emc_status emc__store_attach(emc_store *s) {
 
 void emc__store_detach(emc_store *s) {
   pthread_mutex_lock(&s->lock);
-  s->attached = 0;
+  if (s->seg) s->caches--;
+  else s->attached = 0;
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -469,11 +472,13 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
     }
   }
   n = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_RELAXED(t->count);
+  emc__log_table(s, table); /* a shared store's caches drop the table */
   for (r = 0; r < n; r++) {
     uint64_t id = t->kind == EMC_TABLE_DENSE ? r : t->row_ids[r];
     uniform_row(seed, table, id, lo, hi, t->dim, t->dtype, buf);
     emc__store_row_write(s, table, r, buf);
   }
+  emc__log_publish(s);
   emc__store_unlock(s);
   free(buf);
   return EMC_OK;
@@ -548,6 +553,7 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
       goto out;
     }
   }
+  emc__log_ids(s, table, ids, n); /* a shared store's caches drop these rows */
   for (i = 0; i < n; i++) {
     const unsigned char *src = (const unsigned char *)rows + i * (size_t)t->row_bytes;
     int64_t row = t->kind == EMC_TABLE_DENSE ? (int64_t)ids[i]
@@ -561,6 +567,7 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
     emc__store_row_write(s, table, (uint64_t)row, src);
   }
 out:
+  emc__log_publish(s);
   emc__store_unlock(s);
   return st;
 }
