@@ -31,7 +31,8 @@
  *   a shared store takes writes from anywhere (see "shared stores").
  *   emc_cache: emc_lookup, emc_lookup_ex, emc_insert, emc_flush and emc_get_stats may be
  *   called concurrently from any number of threads. Host backend: lookups never block on a
- *   lock: they read optimistically and validate each row against its index entry's version;
+ *   lock (but over a shared store, see there: a lookup that finds rows written since the
+ *   cache last looked takes the cache's writer lock to drop its copies): they read optimistically and validate each row against its index entry's version;
  *   with EMC_ADMISSION_INLINE (the default) admission of their misses is skipped when another
  *   thread holds the cache's writer lock; with EMC_ADMISSION_BACKGROUND the cache's admission
  *   thread admits them (see emc_cache_config.admission).
@@ -156,7 +157,8 @@ EMC_API const char *emc_host_allocator(void);
   X(EMC_EIO, 8, "input/output error")                                                   \
   X(EMC_ECORRUPT, 9, "corrupt or foreign file")                                         \
   X(EMC_EUNSUPPORTED, 10, "operation not supported in this configuration")               \
-  X(EMC_ECAPACITY, 11, "the batch's rows do not fit the cache (pin budget or capacity)")
+  X(EMC_ECAPACITY, 11, "the batch's rows do not fit the cache (pin budget or capacity)") \
+  X(EMC_ETIMEDOUT, 12, "a peer did not arrive in time")
 
 typedef enum emc_status {
 #define EMC__STATUS_ENUM(name, value, text) name = value,
@@ -323,13 +325,18 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
  * rows rounded up to a power of two, 1024 to 32768 entries) drops every row of the tables
  * written meanwhile. So a lookup in any process never returns a row older than a
  * write, by any process and any path (emc_store_write, _fill_uniform, a cache's write),
- * that completed before the lookup began. CUDA caches over a shared store are not built yet
+ * that completed before the lookup began. Rows dropped this way count in stats.evictions. A
+ * cache's emc_insert, emc_apply_gradients and emc_prefetch hold the segment's lock for the
+ * whole call, so every process's writers wait for them (lookups do not).
+ * CUDA caches over a shared store are not built yet
  * (emc_cache_create: EMC_EUNSUPPORTED; EMC_BACKEND_AUTO picks the host backend for one).
  * The name is what shm_open takes: "/" then 1..254 bytes without "/" (e.g. "/embcache-m1").
  * emc_store_destroy unmaps the store from this process; the memory stays while the name
  * exists or another process has it mapped (emc_store_unlink removes the name). A process
  * that writes over the segment's lock itself can make the others' writes fail
- * (EMC_ECORRUPT) or wait; nothing else it scribbles makes a call leave the segment. */
+ * (EMC_ECORRUPT) or wait, and one that writes row versions odd while a writer holds the lock
+ * can make readers wait until the lock is free; nothing it scribbles makes a call leave the
+ * segment (a corrupt id map or count: EMC_ECORRUPT). */
 
 /* Create the shared store `name` (mode 0600: processes of the same user) with these tables,
  * rows zero, and map it. Errors: EMC_EINVAL (a bad name; as emc_store_create: NULL
@@ -508,8 +515,9 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
  * the next emc_flush returns EMC_ERANGE); with host buffers it waits and returns them.
  * Errors: EMC_EINVAL (as emc_lookup), EMC_ERANGE (dense id >= rows; a hashed table would
  * exceed its capacity), EMC_ENOMEM (scratch: the set of new hashed ids, a row buffer; CUDA
- * backend: per-table offsets), EMC_ECUDA, EMC_EDEVMEM (CUDA scratch buffers). Checked before
- * anything changes. */
+ * backend: per-table offsets), EMC_ECUDA, EMC_EDEVMEM (CUDA scratch buffers), EMC_ECORRUPT (a
+ * shared store whose lock, or id map, another process wrote over: the rows before the bad id
+ * are inserted). Checked before anything changes but the last. */
 EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               const void *rows, void *stream);
 
@@ -640,7 +648,8 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
  * then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
  * id; the other rows are pinned), EMC_ENOMEM,
- * EMC_EDEVMEM, EMC_ECUDA. Nothing changes on the other errors. */
+ * EMC_EDEVMEM, EMC_ECUDA, EMC_ECORRUPT (a shared store whose lock was written over). Nothing
+ * changes on the other errors. */
 EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 void *stream);
 
@@ -674,7 +683,9 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32 (CUDA
  * backend: n >= 2^31 - 1, the bound of CUB's sort)),
  * EMC_ERANGE (a dense id >= rows, a hashed table would exceed its capacity), EMC_ECAPACITY
- * (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA. All are found before anything changes. */
+ * (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA, EMC_ECORRUPT (a shared store whose lock or
+ * id map was written over: the rows before the bad id are stepped). All but the last are
+ * found before anything changes. */
 EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                        const void *grads, const emc_optimizer *opt, void *stream);
 
@@ -705,6 +716,59 @@ EMC_API emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *
  * rows). Blocking; out is untouched on failure. */
 EMC_API emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64_t *ids,
                                         size_t n, float *out);
+
+/* ------------------------------------------------------------ training groups
+ * N trainer processes (or threads), each with its own host cache over one shared store, step
+ * together (seed document D): every rank calls emc_group_apply_gradients once per step with
+ * its own batch and gradients, and the merged sparse update of all ranks is applied once to
+ * the shared rows. For each distinct (table, id) of the step, g_r is the sum of rank r's
+ * gradients for it in increasing position order and G the sum of the g_r in increasing rank
+ * order; with EMC_MERGE_MEAN, G is then divided by the number of ranks in which the row
+ * occurred (within one rank gradients are summed, whatever the merge). The optimizer step
+ * (emc_apply_gradients' arithmetic: SGD, row-wise Adagrad) is applied to each row once, from
+ * its stored value: the store afterwards is bitwise what one process gets by applying G, row
+ * by row, to a plain copy of it (emc_apply_gradients with each row once and its G). Rows the
+ * step wrote are dropped from every cache over the store (the update log), so every rank's
+ * cache holds the same bits afterwards.
+ * The merged update is computed by one rank and staged, as whole new rows, in shared memory
+ * before any row changes; the store is always the state after a whole number of steps. If a
+ * rank dies, leaves, or does not arrive within timeout_ms of another rank's arrival, the
+ * others return EMC_ETIMEDOUT (after at most timeout_ms, plus 10 ms to notice a death) and
+ * the group is broken: every later step returns EMC_ETIMEDOUT until all ranks have left and
+ * a new group is joined. A step whose application had begun when its rank died is completed
+ * by a waiting rank or by the next emc_group_join. Each rank's staging memory is the POSIX
+ * shared memory "<store name>.g<rank>" (removed by emc_group_leave). One thread at a time
+ * per emc_group; ranks may be threads of one process, each with its own group handle. Host
+ * caches only (CUDA caches over a shared store are not built yet). */
+typedef struct emc_group emc_group;
+
+/* Join the training group of shared store s as rank `rank` of `n_ranks` (<= 256). The first
+ * rank to join forms the group; the others must give the same n_ranks. Does not wait for the
+ * others (the first step does). Errors: EMC_EINVAL (NULL, a private store, n_ranks 0 or > 256,
+ * rank >= n_ranks, n_ranks other than the group's, a rank already joined by a live process,
+ * timeout_ms 0, a store name too long for "<name>.g<rank>"), EMC_ETIMEDOUT (the group is
+ * broken and some of its ranks have not left yet), EMC_EIO / EMC_ENOMEM (the staging
+ * memory), EMC_ECORRUPT (the segment's lock was written over). Nothing is changed on failure
+ * (but a step a dead rank had committed is completed). Blocking. */
+EMC_API emc_status emc_group_join(emc_store *s, uint32_t rank, uint32_t n_ranks,
+                                  uint32_t timeout_ms, emc_group **out);
+/* One collective sparse step: every rank calls it once per step with its own batch and
+ * gradients (packed as for emc_apply_gradients; every rank with the same optimizer), and it
+ * returns when the merged update is applied. c is this rank's host cache over the store the
+ * group was joined on (the same emc_store). stream: ignored (host caches).
+ * Errors: EMC_EINVAL (NULL group; this rank's own batch or optimizer is bad, as for
+ * emc_apply_gradients, or its cache serves another emc_store: this rank returns its own
+ * reason and the step is refused for every rank, the others getting the same status naming
+ * the rank; ranks with different optimizers; Adagrad on a table without state), EMC_ERANGE
+ * (likewise, a dense id >= rows; the step's new hashed ids exceed a table's free capacity), EMC_ENOMEM, EMC_ETIMEDOUT (above),
+ * EMC_ECORRUPT (shared memory written over). A refused step changes nothing, for any rank. */
+EMC_API emc_status emc_group_apply_gradients(emc_group *g, emc_cache *c, const uint64_t *ids,
+                                             const uint64_t *offsets, const void *grads,
+                                             const emc_optimizer *opt, void *stream);
+/* Leave the group and free g (NULL is fine). The others' later steps return EMC_ETIMEDOUT;
+ * when every rank has left, a new group may form. Errors: EMC_ECORRUPT (the segment's lock
+ * was written over; g is freed anyway). Blocking. */
+EMC_API emc_status emc_group_leave(emc_group *g);
 
 #ifdef __cplusplus
 }

@@ -4,8 +4,10 @@
  * A lookup (lookup_host.c) reads every position without a lock and marks the store rows it
  * served that may be cached (EMC__R_ADMIT). Admitting them takes the writer lock, an eviction
  * pass when the pool would pass t1 (evict.c), and a fresh read of each store row under that
- * lock (store rows change only under it, so the admitted value is current; a row that was
- * cached meanwhile, dirty or not, is left as it is). Where that runs is the cache's
+ * lock (a private store's rows change only under it, so the admitted value is current; a
+ * shared store's are read by their versions, and a write of another process published
+ * meanwhile is dropped by the next sync, lib/sync_host.c; a row that was cached meanwhile,
+ * dirty or not, is left as it is). Where that runs is the cache's
  * `admission` setting (include/embcache.h):
  *   INLINE      in the lookup, after its rows are served; trylock: when another thread holds
  *               the lock the misses are skipped (admit_skipped).

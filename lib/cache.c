@@ -355,6 +355,20 @@ emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offse
   return host_shared_call(c, CALL_PREFETCH, ids, offsets, NULL, NULL, NULL);
 }
 
+emc_status emc__check_apply(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                            const void *grads, const emc_optimizer *opt) {
+  uint64_t total;
+  if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
+  EMC_TRY(check_optimizer(opt));
+  EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
+  EMC_TRY(check_positions(c, offsets));
+  EMC_TRY(check_state(c, opt, offsets));
+  total = offsets[c->store->n_tables];
+  if (total > 0 && !grads)
+    return EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)total);
+  return EMC_OK;
+}
+
 emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                const void *grads, const emc_optimizer *opt, void *stream) {
   uint64_t total;

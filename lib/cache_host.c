@@ -147,14 +147,12 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
     uint64_t fresh, n = offsets[t + 1] - offsets[t];
     if (tb->kind != EMC_TABLE_HASHED || n == 0) continue;
     fresh = emc__count_new_ids(tb, ids + offsets[t], (size_t)n);
-    if (fresh == (uint64_t)-1 || fresh > tb->rows - EMC_LD_RELAXED(tb->count)) {
+    if (fresh == (uint64_t)-1 || emc__check_room(tb, t, fresh) != EMC_OK) {
       pthread_mutex_unlock(&h->lock);
       free(full_row);
       if (fresh == (uint64_t)-1)
         return EMC_FAIL(EMC_ENOMEM, "scratch set of %llu ids", (unsigned long long)n);
-      return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
-                      t, tb->name, (unsigned long long)fresh,
-                      (unsigned long long)(tb->rows - EMC_LD_RELAXED(tb->count)));
+      return emc__check_room(tb, t, fresh); /* its detail again */
     }
   }
   for (t = 0; t < s->n_tables; t++) {
@@ -167,6 +165,15 @@ emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *o
       /* hashed ids get their store row now (holding this value, so readers that find the new
        * id in the store never see a placeholder), and a later write-back has a place */
       srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, src);
+      if (srow < 0) { /* room was checked: only a shared segment's corrupt id map gets here */
+        emc__hix_maintain(c, 0);
+        pthread_mutex_unlock(&h->lock);
+        free(full_row);
+        EMC__CNT_ADD(h->n_inserts, inserted);
+        return EMC_FAIL(EMC_ECORRUPT, "table %u ('%s'): id %llu has no valid store row (the "
+                        "shared segment's id map was written over); rows before it were "
+                        "inserted", t, tb->name, (unsigned long long)id);
+      }
       inserted++;
       /* a shared store: written through now (its lock is held, cache.c), the copy is clean */
       if (h->shared) emc__store_row_write(s, t, (uint64_t)srow, src);

@@ -128,6 +128,8 @@ struct emc_store {
   uint32_t seg_undo_cap;         /* re-read from the segment */
   struct emc__seg_log_ent *seg_log;  /* its update log's ring, of seg_log_cap entries */
   uint64_t seg_log_cap;
+  struct emc__grp *seg_grp;      /* its training group's block (lib/group.c) */
+  char *seg_name;                /* the name it was created or attached by (owned) */
   struct emc__seg_table *seg_recs;   /* its table records (each table's last_seq) */
   uint32_t caches;               /* a shared store: this process's caches over it (under lock) */
 };
@@ -143,6 +145,9 @@ EMC_INTERNAL void emc__store_unlock(emc_store *s);
 EMC_INTERNAL void emc__seg_undo_begin(emc_store *s, uint32_t table, uint64_t row, uint32_t bytes);
 EMC_INTERNAL void emc__seg_undo_end(emc_store *s);
 EMC_INTERNAL void emc__seg_reader_stuck(const emc_store *s);
+/* The lock held and no writer running: a version still odd was written over; make it even
+ * (readers, the lock holder among them, would wait for it for ever). */
+EMC_INTERNAL void emc__seg_even_stripes(emc_store *s);
 EMC_INTERNAL void emc__seg_unmap(emc_store *s);
 /* Where a segment's writers' lock lies (the fuzz target re-initialises it: a process that
  * writes over the lock's own bytes can make others wait, which no check can prevent). */
@@ -202,6 +207,10 @@ EMC_INTERNAL emc_status emc__table_shape(emc__table *t, uint32_t i, const emc_ta
                                          size_t *map_bytes, size_t *ids_bytes);
 EMC_INTERNAL emc_status emc__table_name(emc__table *t, uint32_t i, const char *name);
 EMC_INTERNAL void emc__store_free(emc_store *s);
+/* Hashed: do `fresh` new ids fit table t (number `table`)? EMC_ERANGE when they do not,
+ * EMC_ECORRUPT when its count lies past its rows (a shared segment written over); details
+ * name the table. */
+EMC_INTERNAL emc_status emc__check_room(const emc__table *t, uint32_t table, uint64_t fresh);
 /* Hashed: distinct ids of ids[0..n) absent from t; (uint64_t)-1 if scratch memory fails. */
 EMC_INTERNAL uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n);
 
@@ -296,6 +305,10 @@ EMC_INTERNAL emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids
                                                const uint64_t *offsets, int announce,
                                                uint64_t *pre);
 EMC_INTERNAL void emc__host_shared_end(emc_cache *c, int announced, uint64_t pre);
+/* emc_apply_gradients' checks of a host-memory batch (cache.c; emc_group_apply_gradients). */
+EMC_INTERNAL emc_status emc__check_apply(const emc_cache *c, const uint64_t *ids,
+                                         const uint64_t *offsets, const void *grads,
+                                         const emc_optimizer *opt);
 EMC_INTERNAL void emc__host_stats(const emc_cache *c, emc_stats *out);
 EMC_INTERNAL uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table);
 /* Training calls (train_host.c). */

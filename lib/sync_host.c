@@ -133,11 +133,14 @@ emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids, const uint6
                                   int announce, uint64_t *pre) {
   if (!c->host->shared) return EMC_OK;
   EMC_TRY(emc__store_lock(c->store)); /* the store's lock before the cache's, always */
+  /* this call reads rows while it holds the lock: a version another process left odd would
+   * stop it (its reader-side repair needs the lock) */
+  emc__seg_even_stripes(c->store);
   *pre = emc__log_seq(c->store);
+  emc__host_sync(c); /* first: a long batch of its own may overwrite entries it needs */
   /* announced before any row changes: a writer that dies holding the lock has announced
    * what it may have written (seg_log.c) */
   if (announce) emc__log_batch(c->store, ids, offsets);
-  emc__host_sync(c);
   return EMC_OK;
 }
 

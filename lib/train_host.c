@@ -382,8 +382,16 @@ out:
 }
 
 /* ================================================================= apply gradients */
+/* A hashed id's store row: capacity was checked, so only a shared segment's corrupt id map
+ * leaves none. */
+static emc_status no_store_row(const emc__table *tb, uint32_t t, uint64_t id) {
+  return EMC_FAIL(EMC_ECORRUPT, "table %u ('%s'): id %llu has no valid store row (the shared "
+                  "segment's id map was written over); rows before it were stepped", t,
+                  tb->name, (unsigned long long)id);
+}
+
 /* Step the row of (t, id, key) by the merged gradient g, wherever it lives (lock held). */
-static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const float *g,
+static emc_status apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const float *g,
                       const emc_optimizer *o, unsigned char *buf, uint64_t now) {
   emc__host_cache *h = c->host;
   emc_store *s = c->store;
@@ -395,6 +403,7 @@ static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const
    * the cached copy stays clean */
   srow = !h->shared ? -1
          : tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, NULL);
+  if (h->shared && srow < 0) return no_store_row(tb, t, id);
   if (pos >= 0) {
     uint64_t lm = emc__ix_lm(&h->ix, (uint64_t)pos);
     collision = !emc__hix_entry_is(c, t, lm, id);
@@ -408,12 +417,13 @@ static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const
       if (tb->state != EMC_STATE_NONE) memcpy(buf + tb->state_off, &state, 4);
       emc__update_in_place(c, t, pos, lm, buf, tb->full_bytes, now, !h->shared);
       if (h->shared) emc__store_full_write(s, t, (uint64_t)srow, buf);
-      return;
+      return EMC_OK;
     }
   }
   /* the store row (hashed ids get one: capacity was checked), stepped */
   if (srow < 0)
     srow = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, NULL);
+  if (srow < 0) return no_store_row(tb, t, id);
   emc__store_full_read(s, t, (uint64_t)srow, buf);
   if (tb->state != EMC_STATE_NONE) memcpy(&state, buf + tb->state_off, 4);
   emc__opt_step(buf, &state, g, tb->dim, tb->dtype, (uint32_t)o->kind, o->lr, o->eps,
@@ -423,10 +433,11 @@ static void apply_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, const
     pos = emc__admit_pos(c, t, id, key, &collision);
     if (pos != -2 && emc__admit_row(c, t, id, key, pos, buf, !h->shared, now)) {
       if (h->shared) emc__store_full_write(s, t, (uint64_t)srow, buf);
-      return;
+      return EMC_OK;
     }
   }
   emc__store_full_write(s, t, (uint64_t)srow, buf); /* no room: the store holds the step */
+  return EMC_OK;
 }
 
 emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -472,11 +483,8 @@ emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *of
       st = EMC_FAIL(EMC_ENOMEM, "scratch set of %llu ids", (unsigned long long)n);
       goto out;
     }
-    if (fresh > tb->rows - EMC_LD_RELAXED(tb->count)) {
+    if ((st = emc__check_room(tb, t, fresh)) != EMC_OK) {
       pthread_mutex_unlock(&h->lock);
-      st = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
-                    t, tb->name, (unsigned long long)fresh,
-                    (unsigned long long)(tb->rows - EMC_LD_RELAXED(tb->count)));
       goto out;
     }
   }
@@ -507,9 +515,10 @@ emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *of
       for (q++; q < start[u + 1]; q++) emc__grad_add(acc, gt + order[q] * dim, (uint32_t)dim);
       if (opt->merge == EMC_MERGE_MEAN)
         emc__grad_mean(acc, (uint32_t)(start[u + 1] - start[u]), (uint32_t)dim);
-      apply_row(c, t, uniq[u], key, acc, opt, buf, now);
+      if ((st = apply_row(c, t, uniq[u], key, acc, opt, buf, now)) != EMC_OK) break;
     }
-    EMC__CNT_ADD(h->n_grad_rows, nu);
+    EMC__CNT_ADD(h->n_grad_rows, u);
+    if (st != EMC_OK) break;
     gt += n * dim;
   }
   emc__hix_maintain(c, 0);

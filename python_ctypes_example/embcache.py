@@ -78,13 +78,14 @@ import weakref
 
 import numpy as np
 
-__all__ = ["EmcError", "EmcCapacityError", "Table", "Store", "Cache", "Optimizer", "load",
+__all__ = ["EmcError", "EmcCapacityError", "Table", "Store", "Cache", "Optimizer", "Group", "load",
            "library", "version", "host_allocator", "device_count", "WHERE_CACHE",
            "WHERE_STORE", "WHERE_ABSENT"]
 
 # --------------------------------------------------------------------------- the C API
 # Mirrors of include/embcache.h. C enums are int-sized.
 EMC_OK, EMC_EINVAL, EMC_ERANGE, EMC_EIO, EMC_EUNSUPPORTED, EMC_ECAPACITY = 0, 1, 7, 8, 10, 11
+EMC_ETIMEDOUT = 12
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}   # emc_dtype -> NumPy
 _DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
 _KINDS = {"dense": 0, "hashed": 1}
@@ -167,6 +168,9 @@ _SIGNATURES = {
     "emc_prefetch": (_S, [_P, _P, _P, _P]),
     "emc_apply_gradients": (_S, [_P, _P, _P, _P, ctypes.POINTER(_Optimizer), _P]),
     "emc_dedup": (_S, [_P, _P, _P, _P, _P, _P, _P]),
+    "emc_group_join": (_S, [_P, _U32, _U32, _U32, ctypes.POINTER(_P)]),
+    "emc_group_apply_gradients": (_S, [_P, _P, _P, _P, _P, ctypes.POINTER(_Optimizer), _P]),
+    "emc_group_leave": (_S, [_P]),
 }
 
 _lib = None
@@ -447,7 +451,7 @@ class Store:
     def __init__(self, tables=None, _handle=None, _shared_name=None):
         lib = library()
         self._h = ctypes.c_void_p()
-        self._cache = lambda: None  # weak reference to the attached Cache
+        self._users = weakref.WeakSet()  # its open Caches and Groups (weak: they keep it alive)
         if _handle is not None:
             self._h = _handle
         else:
@@ -568,10 +572,9 @@ class Store:
         return out
 
     def close(self):
-        """Free the store (destroy its cache first: the library refuses otherwise)."""
-        cache = self._cache()
-        if cache is not None and cache._h:
-            _fail("emc_store_destroy", "a cache is attached: close it first")
+        """Free the store (close its caches and groups first: the library refuses otherwise)."""
+        if any(u._h for u in list(self._users)):
+            _fail("emc_store_destroy", "a cache is attached (or a group joined): close it first")
         if self._h:
             library().emc_store_destroy(self._h)
             self._h = ctypes.c_void_p()
@@ -679,7 +682,7 @@ class Cache:
         self._h = ctypes.c_void_p()
         _check(lib.emc_cache_create(store._handle("emc_cache_create"), ctypes.byref(cfg),
                                     ctypes.byref(self._h)), "emc_cache_create")
-        store._cache = weakref.ref(self)  # the cache keeps the store alive, not the reverse
+        store._users.add(self)  # the cache keeps the store alive, not the reverse
         self.config = {name: getattr(cfg, name) for name, _ in _CacheConfig._fields_}
         t = store.tables
         self._uniform = all(x.dim == t[0].dim and x.dtype == t[0].dtype for x in t)
@@ -974,6 +977,62 @@ class Cache:
     def __del__(self):
         try:
             self.close()
+        except Exception:
+            pass
+
+
+class Group:
+    """emc_group_join / emc_group_apply_gradients / emc_group_leave: the training group of a
+    shared store (seed document D). Each of n_ranks trainers (processes, or threads: the calls
+    release the GIL) joins with its rank and calls apply_gradients once per step with its own
+    cache over the store and its own batch; the call returns when the merged update of every
+    rank is applied once to the shared rows (see embcache.h, "training groups").
+    EmcError with status EMC_ETIMEDOUT when a rank died, left or did not arrive within
+    timeout_ms: the group is then broken; every rank leaves, and a new Group may form."""
+
+    def __init__(self, store, rank, n_ranks, timeout_ms=10000):
+        self.store = store
+        self._h = ctypes.c_void_p()
+        _check(_fn("emc_group_join")(store._handle("emc_group_join"), rank, n_ranks, timeout_ms,
+                                     ctypes.byref(self._h)), "emc_group_join")
+        store._users.add(self)
+        self.rank, self.n_ranks = rank, n_ranks
+
+    def apply_gradients(self, cache, ids, offsets, grads, optimizer):
+        """One collective step (arguments as Cache.apply_gradients; cache: this rank's Cache
+        over the group's Store)."""
+        func = "emc_group_apply_gradients"
+        if not self._h:
+            _fail(func, "the group was left")
+        if not isinstance(cache, Cache):
+            _fail(func, f"cache: need an embcache.Cache, got {type(cache).__name__}")
+        if not isinstance(optimizer, Optimizer):
+            _fail(func, f"optimizer: need an embcache.Optimizer, got {type(optimizer).__name__}")
+        opt = optimizer._as_c(func)
+        o = cache._offsets(func, offsets)
+        s = cache._stream(func, None, ids, grads)
+        b = cache._ids(func, ids, o, s)
+        g = cache._grads(func, grads, o, s)
+        _check(_fn(func)(self._h, cache._handle(func), b.ptr, o.ctypes.data, g.ptr,
+                         ctypes.byref(opt), s), func)
+
+    def leave(self):
+        """emc_group_leave (the others' later steps fail with EMC_ETIMEDOUT)."""
+        if self._h:
+            h, self._h = self._h, ctypes.c_void_p()
+            _check(_fn("emc_group_leave")(h), "emc_group_leave")
+
+    close = leave
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.leave()
+
+    def __del__(self):
+        try:
+            self.leave()
         except Exception:
             pass
 

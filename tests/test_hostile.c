@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,7 +60,8 @@ START_TEST(header_documents_every_call) {
       "emc_lookup", "emc_lookup_ex", "emc_insert", "emc_flush", "emc_get_stats",
       "emc_get_table_rows_cached", "emc_cache_global_key", "emc_device_count", "emc_prefetch",
       "emc_apply_gradients", "emc_dedup", "emc_store_read_state", "emc_store_create_shared",
-      "emc_store_attach", "emc_store_open_shared", "emc_store_unlink"};
+      "emc_store_attach", "emc_store_open_shared", "emc_store_unlink", "emc_group_join",
+      "emc_group_apply_gradients", "emc_group_leave"};
   /* the statuses issue 12 found returned but not documented */
   static const struct {
     const char *fn;
@@ -71,7 +73,8 @@ START_TEST(header_documents_every_call) {
               {"emc_store_open", EMC_ECORRUPT}, {"emc_store_save", EMC_EIO},
               {"emc_store_attach", EMC_ECORRUPT}, {"emc_store_attach", EMC_EIO},
               {"emc_store_create_shared", EMC_EIO}, {"emc_store_open_shared", EMC_ECORRUPT},
-              {"emc_cache_create", EMC_EUNSUPPORTED}};
+              {"emc_cache_create", EMC_EUNSUPPORTED},
+              {"emc_group_apply_gradients", EMC_ETIMEDOUT}, {"emc_group_join", EMC_ETIMEDOUT}};
   size_t i;
   int n = emct_contract_load();
   REQUIRE(n == (int)(sizeof fns / sizeof fns[0]), "embcache.h declares %d emc_status functions, "
@@ -432,7 +435,8 @@ START_TEST(hostile_arguments) {
   emc_store_destroy(s);
   /* shared stores (tests/test_store_shared.c has the rest) */
   {
-    char nm[64];
+    char nm[64], gname[96];
+    emc_group *gq = (emc_group *)(uintptr_t)0x99;
     snprintf(nm, sizeof nm, "/emct-hostile-%d", (int)getpid());
     EXPECT(EMC_EINVAL, emc_store_create_shared, NULL, td, 2, &o);
     EXPECT(EMC_EINVAL, emc_store_create_shared, "no-slash", td, 2, &o);
@@ -457,6 +461,22 @@ START_TEST(hostile_arguments) {
     REQUIRE(c2 == (emc_cache *)(uintptr_t)0x99, "a refused cache_create wrote *out");
     x = 9; /* a dense id past the rows */
     EXPECT(EMC_ERANGE, emc_store_write, s, 0, &x, 1, row);
+    /* training groups (tests/test_group.c has the rest) */
+    EXPECT(EMC_EINVAL, emc_group_join, NULL, 0, 1, 10, &gq);
+    EXPECT(EMC_EINVAL, emc_group_join, s, 0, 1, 10, NULL);
+    EXPECT(EMC_EINVAL, emc_group_join, s, 1, 1, 10, &gq);
+    EXPECT(EMC_EINVAL, emc_group_join, s, 0, 0, 10, &gq);
+    EXPECT(EMC_EINVAL, emc_group_join, s, 0, 1, 0, &gq);
+    REQUIRE(gq == (emc_group *)(uintptr_t)0x99, "a refused group_join wrote *out");
+    EXPECT(EMC_EINVAL, emc_group_apply_gradients, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    EXPECT(EMC_OK, emc_group_leave, NULL);
+    EXPECT(EMC_OK, emc_group_join, s, 0, 1, 10, &gq);
+    EXPECT(EMC_EINVAL, emc_group_join, s, 0, 1, 10, &gq); /* rank 0 again */
+    /* a bad batch of a group of one: its own reason */
+    EXPECT(EMC_EINVAL, emc_group_apply_gradients, gq, NULL, NULL, NULL, NULL, NULL, NULL);
+    EXPECT(EMC_OK, emc_group_leave, gq);
+    snprintf(gname, sizeof gname, "%s.g0", nm);
+    REQUIRE(shm_unlink(gname) != 0, "emc_group_leave left its staging memory '%s'", gname);
     emc_store_destroy(s);
     EXPECT(EMC_OK, emc_store_unlink, nm);
   }

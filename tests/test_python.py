@@ -239,6 +239,66 @@ class T03cSharedStore(unittest.TestCase):
             emc.Store.unlink(name)
 
 
+class T03dGroup(unittest.TestCase):
+    """Group: two ranks (threads; the calls release the GIL), each with its own cache over one
+    shared store, step together; the store holds w - lr * (g0 + g1) for a row both ranks
+    touched, w - lr * g for a row one touched; a rank that leaves breaks the group."""
+
+    def test_group(self):
+        import threading
+        emc.load(LIB)
+        name = f"/emct-pyg-{os.getpid()}"
+        store = emc.Store.create_shared(name, [emc.Table("a", rows=64, dim=4)])
+        caches, groups = [], []
+        try:
+            store.fill_uniform(0, -1.0, 1.0, seed=3)
+            w0 = store.read(0, np.arange(64, dtype=np.uint64))
+            caches = [emc.Cache(store, backend="host", capacity_bytes=1 << 16) for _ in range(2)]
+            groups = [emc.Group(store, r, 2, timeout_ms=5000) for r in range(2)]
+            with self.assertRaises(emc.EmcError) as cm:
+                emc.Group(store, 0, 2)  # rank 0 again
+            self.assertEqual(cm.exception.status, emc.EMC_EINVAL)
+            opt = emc.Optimizer(kind="sgd", lr=0.5)
+            ids = [np.array([1, 2, 1], dtype=np.uint64), np.array([2, 5], dtype=np.uint64)]
+            grads = [np.full((3, 4), 0.25, np.float32), np.full((2, 4), 1.0, np.float32)]
+            errors = []
+
+            def step(r):
+                try:
+                    caches[r].lookup(ids[r], [0, len(ids[r])])
+                    groups[r].apply_gradients(caches[r], ids[r], [0, len(ids[r])], grads[r], opt)
+                except Exception as e:  # reported below
+                    errors.append(e)
+            th = [threading.Thread(target=step, args=(r,)) for r in range(2)]
+            for t in th:
+                t.start()
+            for t in th:
+                t.join()
+            self.assertEqual(errors, [])
+            want = w0.copy()
+            want[1] -= np.float32(0.5) * np.float32(0.5)           # rank 0: 0.25 + 0.25
+            want[2] -= np.float32(0.5) * np.float32(1.25)          # rank 0 0.25 + rank 1 1.0
+            want[5] -= np.float32(0.5) * np.float32(1.0)
+            got = store.read(0, np.arange(64, dtype=np.uint64))
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+            for c in caches:  # every cache returns the new rows
+                np.testing.assert_array_equal(
+                    c.lookup(np.array([1, 2, 5], dtype=np.uint64), [0, 3]), got[[1, 2, 5]])
+            with self.assertRaises(emc.EmcError):
+                store.close()  # caches and groups still use it
+            groups[1].leave()
+            with self.assertRaises(emc.EmcError) as cm:
+                groups[0].apply_gradients(caches[0], ids[0], [0, 3], grads[0], opt)
+            self.assertEqual(cm.exception.status, emc.EMC_ETIMEDOUT)
+        finally:
+            for g in groups:
+                g.leave()
+            for c in caches:
+                c.close()
+            store.close()
+            emc.Store.unlink(name)
+
+
 class T04BadArrays(unittest.TestCase):
     def setUp(self):
         emc.load(LIB)

@@ -7,6 +7,10 @@
  *                 write longer than the log (the wrapped path); a row pinned by emc_prefetch
  *                 is refreshed in place (still a hit); rows are never dirty; a store with a
  *                 cache is not destroyed; a CUDA cache over a shared store is refused
+ *   written over  another process's scribbles: a hashed count past its rows (inserts and steps
+ *                 return EMC_ECORRUPT, no other row changes), a version left odd (a writing call
+ *                 repairs it instead of waiting for ever), a log counter thrown far ahead (the
+ *                 next writes still reach every cache)
  *   processes     four processes with small host caches (constant eviction; inline and
  *                 background admission; one pins its batches) look up Zipf batches while a
  *                 fifth writes generation-encoded rows, through the store and through its own
@@ -17,6 +21,7 @@
  */
 #define _GNU_SOURCE 1
 #include "common.h"
+#include "store/seg.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -304,6 +309,71 @@ START_TEST(gradient_steps_reach_every_cache) {
 }
 END_TEST
 
+/* ================================================================= written over */
+START_TEST(scribbles_of_another_process) {
+  const char *name = fresh_name();
+  emc_store *s = NULL;
+  emc_cache *a, *b;
+  emc_optimizer o;
+  static uint64_t rk[DROWS];
+  static uint32_t g[DROWS];
+  static int64_t want0[DROWS];
+  uint64_t r, cnt, id, off[3];
+  float grad[DIM1];
+  unsigned char before[DIM0 * 4], after[DIM0 * 4], row[DIM1 * 2];
+  EMCT_OK(emc_store_create_shared(name, TABLES, 2, &s));
+  for (r = 0; r < DROWS; r++) rk[r] = r, g[r] = 1, want0[r] = 1;
+  EMCT_OK(write_gens(s, NULL, 0, rk, DROWS, g));
+  EMCT_OK(write_gens(s, NULL, 1, rk, 8, g));
+  a = host_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  b = host_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  /* a hashed count past the table: nothing is written outside it */
+  cnt = __atomic_load_n(&s->seg_recs[1].count, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->seg_recs[1].count, (uint64_t)HCAP + 5, __ATOMIC_RELAXED);
+  id = DROWS - 1;
+  EMCT_OK(emc_store_read(s, 0, &id, 1, before));
+  id = hid(900);
+  off[0] = 0, off[1] = 0, off[2] = 1;
+  memset(row, 0x3c, sizeof row);
+  EMCT_ST(emc_insert(a, &id, off, row, NULL), EMC_ECORRUPT);
+  emc_optimizer_init(&o);
+  memset(grad, 0, sizeof grad);
+  EMCT_ST(emc_apply_gradients(a, &id, off, grad, &o, NULL), EMC_ECORRUPT);
+  EMCT_ST(emc_store_write(s, 1, &id, 1, row), EMC_ECORRUPT);
+  id = DROWS - 1;
+  EMCT_OK(emc_store_read(s, 0, &id, 1, after));
+  ck_assert_int_eq(emct_first_diff(before, after, sizeof before), -1);
+  __atomic_store_n(&s->seg_recs[1].count, cnt, __ATOMIC_RELAXED);
+  /* a version left odd with the lock free: a writing call does not wait for it for ever */
+  __atomic_store_n(&s->stripes[emc__store_stripe(0, 5)], 7u, __ATOMIC_RELAXED);
+  id = 5;
+  off[0] = 0, off[1] = 1, off[2] = 1;
+  {
+    float gd[DIM0];
+    memset(gd, 0, sizeof gd);
+    EMCT_OK(emc_apply_gradients(a, &id, off, gd, &o, NULL));
+  }
+  /* the log's pending counter thrown far ahead: writes still reach the other cache */
+  expect_all(b, 0, DROWS, want0, "b, before");
+  __atomic_store_n(&s->seg->log_pending, UINT64_MAX - 2, __ATOMIC_RELAXED);
+  for (r = 0; r < 5; r++) g[r] = 2, want0[r + 5] = 2;
+  EMCT_OK(write_gens(s, NULL, 0, rk + 5, 5, g));
+  for (r = 0; r < 5; r++) g[r] = 3, want0[r + 20] = 3;
+  EMCT_OK(write_gens(s, NULL, 0, rk + 20, 5, g));
+  expect_all(b, 0, DROWS, want0, "b after writes behind a scribbled log counter");
+  __atomic_store_n(&s->seg->log_seq, (1ull << 62) + 7, __ATOMIC_RELAXED);
+  for (r = 0; r < 5; r++) g[r] = 4, want0[r + 40] = 4;
+  EMCT_OK(write_gens(s, NULL, 0, rk + 40, 5, g));
+  expect_all(b, 0, DROWS, want0, "b after writes behind a log counter near its end");
+  check_clean(a, "a");
+  check_clean(b, "b");
+  EMCT_OK(emc_cache_destroy(a));
+  EMCT_OK(emc_cache_destroy(b));
+  emc_store_destroy(s);
+  EMCT_OK(emc_store_unlink(name));
+}
+END_TEST
+
 /* ================================================================= processes */
 typedef struct ctl {
   uint32_t done[2][DROWS]; /* generation whose write completed (release), per rank */
@@ -500,6 +570,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, caches_see_each_others_writes);
   tcase_add_test(tc, gradient_steps_reach_every_cache);
+  tcase_add_test(tc, scribbles_of_another_process);
   tcase_add_test(tc, processes_never_read_outdated_rows);
   suite_add_tcase(su, tc);
   sr = srunner_create(su);

@@ -34,6 +34,36 @@ typedef struct emc__seg_log_ent {
   uint32_t table, pad_;
 } emc__seg_log_ent;
 
+/* The training group of a shared store (lib/group.c), in the segment at off_group. Fields
+ * marked (lock) change under the store's lock; the others are atomics. */
+#define EMC__GROUP_MAX_RANKS 256u
+typedef struct emc__grp_rank {
+  uint32_t pid;           /* the rank's process, 0: free (lock) */
+  uint32_t epoch;         /* the group's epoch it joined (lock) */
+  uint64_t arrived;       /* the last step its contribution is staged for (release) */
+  uint64_t contrib_bytes; /* its contribution: bytes of its staging segment, after the header */
+  uint32_t refused;       /* a status: the rank refused its own batch of step `arrived` */
+  uint32_t pad_;
+  uint64_t reserved_[4];
+} emc__grp_rank;          /* 64 bytes */
+
+typedef struct emc__grp {
+  uint32_t n_ranks;       /* the group's size, 0: no group (lock) */
+  uint32_t epoch;         /* advances each time a group forms (lock) */
+  uint32_t joined;        /* ranks joined (lock) */
+  uint32_t broken;        /* == epoch: a rank left, died or was late; every step now fails */
+  uint64_t claimed;       /* the step an applier claimed (CAS from done) */
+  uint64_t done;          /* the last step finished, applied or refused (release) */
+  uint32_t done_status;   /* its status (written before done) */
+  uint32_t claim_rank;    /* the rank that claimed `claimed` */
+  uint64_t apply_step;    /* the step whose new rows are staged (the commit point, release) */
+  uint64_t apply_off, apply_rows, apply_bytes; /* where, in rank apply_rank's staging segment */
+  uint32_t apply_rank, pad_;
+  char detail[200];       /* done_status's detail */
+  uint64_t reserved_[4];
+  emc__grp_rank ranks[EMC__GROUP_MAX_RANKS];
+} emc__grp;
+
 struct emc__seg_hdr {
   char magic[8];
   uint32_t version, n_tables;
@@ -47,7 +77,8 @@ struct emc__seg_hdr {
   uint64_t off_log, log_cap;        /* the update log's ring: log_cap entries (seg_layout) */
   uint64_t log_seq;                 /* entries 1..log_seq are published (release / acquire) */
   uint64_t log_pending;             /* the running writer's last entry (>= log_seq) */
-  uint64_t reserved_[2];
+  uint64_t off_group;               /* the training group's block (emc__grp) */
+  uint64_t reserved_[1];
   pthread_mutex_t lock;             /* the writers' lock: process-shared, robust */
 };
 

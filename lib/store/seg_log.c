@@ -42,7 +42,11 @@ uint64_t emc__log_table_seq(const emc_store *s, uint32_t table) {
 static uint64_t log_next(emc_store *s) {
   struct emc__seg_hdr *h = s->seg;
   uint64_t p = EMC_LD_RELAXED(&h->log_pending), q = EMC_LD_RELAXED(&h->log_seq);
-  return p > q ? p : q; /* a segment scribbled on: never reuse a published number */
+  /* a segment written over: numbers near the end restart from 0 (the published sequence then
+   * goes back, and every cache drops everything: lib/sync_host.c); a pending number behind,
+   * or absurdly far ahead of, the published one is ignored */
+  if (q >= (1ull << 62)) return 0;
+  return p > q && p - q < (1ull << 40) ? p : q;
 }
 
 static void log_raise(emc_store *s, uint32_t table, uint64_t upto) {
@@ -109,7 +113,7 @@ void emc__log_publish(emc_store *s) {
   if (!s->seg) return;
   h = s->seg;
   p = EMC_LD_RELAXED(&h->log_pending);
-  if (p > EMC_LD_RELAXED(&h->log_seq)) EMC_ST_RELEASE(&h->log_seq, p);
+  if (p != EMC_LD_RELAXED(&h->log_seq)) EMC_ST_RELEASE(&h->log_seq, p);
 }
 
 int emc__log_entry(const emc_store *s, uint64_t q, uint32_t *table, uint64_t *id) {

@@ -13,6 +13,7 @@
  *   off_stripes   EMC__STORE_STRIPES row versions
  *   off_undo      one row slot (the widest full row): a row's old bytes while it is written
  *   off_log       the update log: log_cap entries (seg_log.c)
+ *   off_group     the training group's block (emc__grp, lib/group.c)
  *   page-aligned  per table: rows, then (hashed) map ids, map rows + 1, row ids
  * Fresh shared memory is zero, which is what an empty store holds (zero rows, empty maps).
  *
@@ -50,7 +51,7 @@ static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1u) / a * a; 
 static emc_status seg_layout(const emc_table_desc *d, uint32_t n, emc__table *tabs,
                              emc__seg_table *recs, uint64_t *hdr_bytes, uint64_t *off_stripes,
                              uint64_t *off_undo, uint64_t *undo_cap, uint64_t *off_log,
-                             uint64_t *log_cap, uint64_t *total) {
+                             uint64_t *log_cap, uint64_t *off_group, uint64_t *total) {
   uint64_t at, widest = 16, rows = 0;
   uint32_t i;
   *hdr_bytes = round_up(sizeof(struct emc__seg_hdr), 64);
@@ -69,6 +70,8 @@ static emc_status seg_layout(const emc_table_desc *d, uint32_t n, emc__table *ta
   at = *off_undo + widest;
   *off_log = round_up(at, 64);
   at = *off_log + *log_cap * sizeof(emc__seg_log_ent);
+  *off_group = round_up(at, 64);
+  at = *off_group + sizeof(emc__grp);
   for (i = 0; i < n; i++) {
     const emc__table *t = &tabs[i];
     emc__seg_table *r = &recs[i];
@@ -125,7 +128,7 @@ static emc_status check_name(const char *name) {
  * records (recs): nothing it keeps (offsets, sizes, names, the undo slot) is read from the
  * segment again, so a process that scribbles on the header later cannot move them. */
 static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct emc__seg_hdr *hv,
-                             const emc__seg_table *recs, emc_store **out) {
+                             const emc__seg_table *recs, const char *name, emc_store **out) {
   unsigned char *base = (unsigned char *)h;
   emc__seg_table *live = (emc__seg_table *)(base + hv->hdr_bytes);
   emc_store *s = NULL;
@@ -139,8 +142,15 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct 
   s->seg_undo = base + hv->off_undo;
   s->seg_undo_cap = (uint32_t)hv->undo_cap;
   s->wlock = &h->lock;
+  if (!(s->seg_name = emc__malloc(strlen(name) + 1))) {
+    s->seg_bytes = 0; /* the caller unmaps */
+    emc__store_free(s);
+    return EMC_FAIL(EMC_ENOMEM, "the store's name");
+  }
+  strcpy(s->seg_name, name);
   s->seg_log = (struct emc__seg_log_ent *)(base + hv->off_log);
   s->seg_log_cap = hv->log_cap;
+  s->seg_grp = (struct emc__grp *)(base + hv->off_group);
   s->seg_recs = live;
   for (i = 0; i < hv->n_tables; i++) {
     emc__table *t = &s->tables[i];
@@ -198,7 +208,7 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   emc__table *tabs = NULL;
   emc__seg_table *recs = NULL;
   struct emc__seg_hdr *h = NULL;
-  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, off_log, log_cap, total;
+  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, off_log, log_cap, off_group, total;
   uint32_t i;
   int fd = -1, e;
   emc_status st;
@@ -214,7 +224,7 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
     goto out;
   }
   if ((st = seg_layout(tables, n_tables, tabs, recs, &hdr_bytes, &off_stripes, &off_undo,
-                       &undo_cap, &off_log, &log_cap, &total)) != EMC_OK)
+                       &undo_cap, &off_log, &log_cap, &off_group, &total)) != EMC_OK)
     goto out;
   for (i = 0; i < n_tables; i++) { /* names (<= 255 bytes: emc__table_desc_check) */
     if ((st = emc__table_name(&tabs[i], i, tables[i].name)) != EMC_OK) goto out;
@@ -249,6 +259,7 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
   h->undo_cap = undo_cap;
   h->off_log = off_log;
   h->log_cap = log_cap;
+  h->off_group = off_group;
   memcpy((unsigned char *)h + hdr_bytes, recs, (size_t)n_tables * sizeof *recs);
   if (emc__seg_lock_init(&h->lock) != 0) {
     munmap(h, (size_t)total);
@@ -257,7 +268,7 @@ static emc_status create_seg(const char *name, const emc_table_desc *tables, uin
     st = EMC_FAIL(EMC_EIO, "shared memory '%s': cannot make a process-shared robust lock", name);
     goto out;
   }
-  if ((st = bind_store(h, (size_t)total, h, recs, out)) != EMC_OK) {
+  if ((st = bind_store(h, (size_t)total, h, recs, name, out)) != EMC_OK) {
     munmap(h, (size_t)total);
     shm_unlink(name);
     goto out;
@@ -285,7 +296,7 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
   emc__seg_table *recs = NULL, *want = NULL;
   emc__table *tabs = NULL;
   emc_table_desc *d = NULL;
-  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, off_log, log_cap, total;
+  uint64_t hdr_bytes, off_stripes, off_undo, undo_cap, off_log, log_cap, off_group, total;
   uint32_t i, n, ms;
   emc_status st = EMC_OK;
   if (bytes < sizeof *h || memcmp(h->magic, EMC__SEG_MAGIC, 8) != 0)
@@ -330,9 +341,10 @@ static emc_status seg_check(const char *name, struct emc__seg_hdr *h, uint64_t b
     }
   }
   if (seg_layout(d, n, tabs, want, &hdr_bytes, &off_stripes, &off_undo, &undo_cap, &off_log,
-                 &log_cap, &total) != EMC_OK ||
+                 &log_cap, &off_group, &total) != EMC_OK ||
       total != bytes || off_stripes != hv->off_stripes || off_undo != hv->off_undo ||
-      undo_cap != hv->undo_cap || off_log != hv->off_log || log_cap != hv->log_cap) {
+      undo_cap != hv->undo_cap || off_log != hv->off_log || log_cap != hv->log_cap ||
+      off_group != hv->off_group) {
     st = EMC_FAIL(EMC_ECORRUPT, "shared memory '%s': its layout does not follow from its tables",
                   name);
     goto out;
@@ -400,7 +412,7 @@ emc_status emc_store_attach(const char *name, emc_store **out) {
   }
   close(fd);
   if ((st = seg_check(name, h, (uint64_t)sb.st_size, &hv, &recs)) != EMC_OK ||
-      (st = bind_store(h, (size_t)sb.st_size, &hv, recs, out)) != EMC_OK) {
+      (st = bind_store(h, (size_t)sb.st_size, &hv, recs, name, out)) != EMC_OK) {
     free(recs);
     munmap(h, (size_t)sb.st_size);
     return st;
@@ -532,6 +544,14 @@ void emc__seg_reader_stuck(const emc_store *cs) {
   if (e == 0 || e == EOWNERDEAD) seg_recover(s);
   if (e == EOWNERDEAD) pthread_mutex_consistent(s->wlock);
   if (e == 0 || e == EOWNERDEAD) pthread_mutex_unlock(s->wlock);
+}
+
+void emc__seg_even_stripes(emc_store *s) {
+  uint32_t i;
+  if (!s->seg) return;
+  for (i = 0; i < EMC__STORE_STRIPES; i++)
+    if (EMC_LD_RELAXED(&s->stripes[i]) & 1u)
+      EMC_ST_RELEASE(&s->stripes[i], EMC_LD_RELAXED(&s->stripes[i]) + 1u);
 }
 
 void emc__seg_undo_begin(emc_store *s, uint32_t table, uint64_t row, uint32_t bytes) {

@@ -45,6 +45,7 @@ static void store_free(emc_store *s) {
   free(s->tables);
   if (s->seg) emc__seg_unmap(s);
   else free(s->stripes);
+  free(s->seg_name);
   emc__arena_destroy(s->arena);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -201,8 +202,8 @@ void emc_store_destroy(emc_store *s) {
   attached = s->attached || s->caches;
   pthread_mutex_unlock(&s->lock);
   if (attached) {
-    (void)EMC_FAIL(EMC_EINVAL, "the store has an attached cache; destroy the cache first "
-                               "(the store was not freed)");
+    (void)EMC_FAIL(EMC_EINVAL, "the store has an attached cache (or a training group); destroy "
+                               "the cache (leave the group) first (the store was not freed)");
     return;
   }
   store_free(s);
@@ -484,6 +485,19 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
   return EMC_OK;
 }
 
+emc_status emc__check_room(const emc__table *t, uint32_t table, uint64_t fresh) {
+  uint64_t used = EMC_LD_RELAXED(t->count);
+  if (used > t->rows)
+    return EMC_FAIL(EMC_ECORRUPT, "table %u ('%s') counts %llu rows of %llu (the shared "
+                    "segment was written over); nothing changed", table, t->name,
+                    (unsigned long long)used, (unsigned long long)t->rows);
+  if (fresh > t->rows - used)
+    return EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
+                    table, t->name, (unsigned long long)fresh,
+                    (unsigned long long)(t->rows - used));
+  return EMC_OK;
+}
+
 /* Hashed: number of distinct ids in ids[0..n) absent from the table (for the capacity check).
  * Returns (uint64_t)-1 when the scratch set cannot be allocated. */
 uint64_t emc__count_new_ids(const emc__table *t, const uint64_t *ids, size_t n) {
@@ -546,12 +560,7 @@ emc_status emc_store_write(emc_store *s, uint32_t table, const uint64_t *ids, si
       st = EMC_FAIL(EMC_ENOMEM, "scratch set of %zu ids", n);
       goto out;
     }
-    if (fresh > t->rows - EMC_LD_RELAXED(t->count)) {
-      st = EMC_FAIL(EMC_ERANGE, "table %u ('%s'): %llu new ids exceed the free capacity %llu",
-                    table, t->name, (unsigned long long)fresh,
-                    (unsigned long long)(t->rows - EMC_LD_RELAXED(t->count)));
-      goto out;
-    }
+    if ((st = emc__check_room(t, table, fresh)) != EMC_OK) goto out;
   }
   emc__log_ids(s, table, ids, n); /* a shared store's caches drop these rows */
   for (i = 0; i < n; i++) {
