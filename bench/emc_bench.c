@@ -38,6 +38,7 @@
 #include "embcache.h"
 #include "jline.h"
 #include "lookup_threads.h"
+#include "procs.h"
 #include "per_table.h"
 #include "sizing.h"
 #include "slot.h"
@@ -89,6 +90,7 @@ typedef struct bench_opts {
   size_t prewarm_batches;   /* batches after them, measured on both caches */
   uint32_t admission;       /* --admission: cfg.admission of every cache (emc_admission) */
   unsigned threads;         /* --threads: callers looking up each measured batch */
+  unsigned procs;           /* --procs: processes over one shared store vs private stores */
 } bench_opts;
 
 static void usage(FILE *f) {
@@ -147,6 +149,12 @@ static void usage(FILE *f) {
       "                       and warmed the same way (JSON: lookups_per_s_1thread,\n"
       "                       thread_scaling, hit_ratio_1thread). Warm-up, the gather baseline\n"
       "                       (ratio_vs_gather) and the per-table caches run on one thread\n"
+      "  --procs P            instead of the configurations: P processes (1..64), each with\n"
+      "                       its own host cache of --cache-frac, look up their own Zipf\n"
+      "                       batches (--alpha, --batch, --warmup, --batches) over one shared\n"
+      "                       store, then over a private store each, in the same run; JSON\n"
+      "                       \"record\":\"procs\" per mode: machine_lookups_per_s, each\n"
+      "                       process's rss_anon_kb / rss_shmem_kb, machine_resident_kb\n"
       "  --out FILE           append the JSON lines to FILE too\n"
       "  -h, --help\n"
       "One JSON line per configuration on stdout; counters (admissions, evictions, ...) are\n"
@@ -200,7 +208,7 @@ enum {
   OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
   OPT_PER_TABLE, OPT_NO_PER_TABLE,
   OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT,
-  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES, OPT_ADMISSION, OPT_THREADS
+  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES, OPT_ADMISSION, OPT_THREADS, OPT_PROCS
 };
 
 /* --train's options (train.c), numbered apart from the list above */
@@ -247,6 +255,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       {"prewarm-batches", required_argument, NULL, OPT_PREWARM_BATCHES},
       {"admission", required_argument, NULL, OPT_ADMISSION},
       {"threads", required_argument, NULL, OPT_THREADS},
+      {"procs", required_argument, NULL, OPT_PROCS},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->preset = "criteo-kaggle";
@@ -410,6 +419,10 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_THREADS:
         if (parse_u64(a, &u) != 0 || u == 0 || u > EMCB_LT_MAX_THREADS) goto bad;
         o->threads = (unsigned)u;
+        break;
+      case OPT_PROCS:
+        if (parse_u64(a, &u) != 0 || u == 0 || u > 64) goto bad;
+        o->procs = (unsigned)u;
         break;
       case 'h':
       case OPT_HELP: usage(stdout); return 1;
@@ -1099,6 +1112,45 @@ int main(int argc, char **argv) {
               n_dev == 1 ? "" : "s");
       return EXIT_USAGE;
     }
+  }
+
+  if (o.procs > 0) { /* before anything big is allocated: the workers fork from here */
+    uint64_t rows[EMC_MAX_TABLES];
+    FILE *of = NULL;
+    int prc;
+    emcb_procs_cfg pc;
+    memset(&pc, 0, sizeof pc);
+    if (o.backend == EMC_BACKEND_CUDA) {
+      fprintf(stderr, "emc-bench: --procs needs host caches (CUDA caches over a shared store "
+              "are not built yet); drop --backend cuda\n");
+      return EXIT_USAGE;
+    }
+    pc.n_tables = emct_preset_rows(o.preset, o.scale, o.tables, o.rows, rows, EMC_MAX_TABLES);
+    if (pc.n_tables == 0) {
+      fprintf(stderr, "emc-bench: bad preset arguments\n");
+      return EXIT_USAGE;
+    }
+    if (o.out && !(of = fopen(o.out, "a"))) {
+      fprintf(stderr, "emc-bench: cannot open %s: %s\n", o.out, strerror(errno));
+      return EXIT_USAGE;
+    }
+    pc.procs = o.procs;
+    pc.rows = rows;
+    pc.dim = o.dim;
+    pc.dtype = o.dtype;
+    pc.alpha = o.alphas[0];
+    pc.batch = (size_t)o.batch_sizes[0];
+    pc.batches = o.batches;
+    pc.warmup = o.warmup;
+    pc.cache_frac = o.fracs[0];
+    pc.t1 = o.t1;
+    pc.t2 = o.t2;
+    pc.key_bits = o.key_bits;
+    pc.admission = o.admission;
+    pc.seed = o.seed;
+    prc = emcb_procs_run(&pc, stdout, of);
+    if (of) fclose(of);
+    return prc;
   }
 
   bench_ctx b;

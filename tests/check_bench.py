@@ -22,6 +22,10 @@ every measured lookup hit (hit_ratio_after_prefetch == 1.0), and where it did no
 said so (EMC_ECAPACITY counted); the store trained through the cache equals, bitwise, the one
 trained directly (f32 and f16). A bad --prefetch-depth is a usage error.
 
+--procs 2: the shared-store line and the private-stores line, every checked row right, the
+machine's memory with one shared store below the private stores' and within 1.1x of one store
+plus the processes' own memory.
+
 What a new user trips over: --backend auto says which backend it picked and why
 (backend_reason, and a stderr line); with EMC_BENCH_GPU given, emc-bench-gpu -h works and,
 with no device visible (CUDA_VISIBLE_DEVICES=""), it exits 77 saying why ("no NVIDIA driver
@@ -278,6 +282,32 @@ def train(binary, d, small):
           f"--prefetch-depth 15: exit {p.returncode}, {p.stderr[:80]!r}")
 
 
+def procs(binary, d):
+    """--procs 2: a shared-mode and a private-mode line, every checked row right, the machine's
+    memory over one shared store below the private stores' (each holds a copy), figures > 0."""
+    out = os.path.join(d, "procs.jsonl")
+    _, lines = run(binary, ["--procs", "2", "--scale", "0.005", "--batch", "512", "--batches", "4",
+                         "--warmup", "2"], out)
+    check(len(lines) == 2 and [o.get("mode") for o in lines] == ["shared", "private"],
+          f"--procs: lines {[o.get('mode') for o in lines]}")
+    if len(lines) != 2:
+        return
+    sh, pv = lines
+    for o in lines:
+        check(o["record"] == "procs" and o["procs"] == 2 and o["rows_checked_wrong"] == 0,
+              f"--procs {o['mode']}: record {o['record']}, wrong rows {o['rows_checked_wrong']}")
+        check(o["machine_lookups_per_s"] > 0 and len(o["rss_anon_kb"]) == 2,
+              f"--procs {o['mode']}: lookups/s {o['machine_lookups_per_s']}")
+    check(sh["segment_bytes"] >= sh["store_bytes"] and pv["segment_bytes"] == 0,
+          f"--procs: segment bytes {sh['segment_bytes']} / {pv['segment_bytes']}")
+    check(sh["machine_resident_kb"] < pv["machine_resident_kb"],
+          f"--procs: a shared store takes {sh['machine_resident_kb']} kB on the machine, private "
+          f"stores {pv['machine_resident_kb']} kB")
+    check(sh["machine_resident_over_one_store"] <= 1.1,
+          f"--procs: shared store at {sh['machine_resident_over_one_store']} x one store plus "
+          f"the processes' own memory (want <= 1.1)")
+
+
 def driver_present():
     """Whether an NVIDIA driver could answer here (its device node tree or its library)."""
     if os.path.exists("/proc/driver/nvidia"):
@@ -382,6 +412,7 @@ def main():
                   f"caches of the same total budget ({o['per_table_hit_ratio']})")
 
         prewarm(binary, out)
+        procs(binary, d)
         sizing(binary, d, small)
         train(binary, d, small)
         auto_backend(binary, small)

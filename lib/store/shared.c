@@ -127,6 +127,18 @@ static emc_status check_name(const char *name) {
 /* The process's emc_store over a mapped segment, from checked copies of its header (hv) and
  * records (recs): nothing it keeps (offsets, sizes, names, the undo slot) is read from the
  * segment again, so a process that scribbles on the header later cannot move them. */
+/* Huge pages for the rows where the system gives them to shared memory (a hint: with
+ * /sys/kernel/mm/transparent_hugepage/shmem_enabled "advise" or "within_size"; "never" keeps
+ * 4 KiB pages, and lookups of a large store then miss the TLB more than a private store's). */
+static void seg_advise(void *h, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  if (bytes >= ((size_t)4 << 20)) (void)madvise(h, bytes, MADV_HUGEPAGE);
+#else
+  (void)h;
+  (void)bytes;
+#endif
+}
+
 static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct emc__seg_hdr *hv,
                              const emc__seg_table *recs, const char *name, emc_store **out) {
   unsigned char *base = (unsigned char *)h;
@@ -142,6 +154,7 @@ static emc_status bind_store(struct emc__seg_hdr *h, size_t bytes, const struct 
   s->seg_undo = base + hv->off_undo;
   s->seg_undo_cap = (uint32_t)hv->undo_cap;
   s->wlock = &h->lock;
+  seg_advise(h, bytes);
   if (!(s->seg_name = emc__malloc(strlen(name) + 1))) {
     s->seg_bytes = 0; /* the caller unmaps */
     emc__store_free(s);
