@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,6 +74,46 @@ emc_status read_shared(const char *name, const uint64_t *ids, size_t n, void *ro
   emc_store_destroy(s);
   return st;
 }
+/* a serving process (say eight per machine, one per GPU): its own cache over the one copy */
+emc_status serve_shared(const char *name, const uint64_t *ids, const uint64_t *offsets, void *out);
+emc_status serve_shared(const char *name, const uint64_t *ids, const uint64_t *offsets, void *out) {
+  emc_store *s; emc_cache *c; emc_cache_config cfg;
+  emc_status st = emc_store_attach(name, &s);
+  if (st != EMC_OK) return st;
+  emc_cache_config_init(&cfg);
+  cfg.capacity_bytes = 64u << 20;                 /* a host cache of 64 MiB of hot rows */
+  if ((st = emc_cache_create(s, &cfg, &c)) == EMC_OK) {
+    st = emc_lookup(c, ids, offsets, out, NULL);  /* never older than a completed write */
+    emc_cache_destroy(c);
+  }
+  emc_store_destroy(s);
+  return st;
+}
+/* a trainer, rank r of four: each step's sparse update of all four is merged and applied once */
+emc_status train_shared(const char *name, uint32_t rank, int steps,
+                        void (*step)(uint32_t rank, int k, uint64_t *ids, uint64_t *offsets,
+                                     float *grads));
+emc_status train_shared(const char *name, uint32_t rank, int steps,
+                        void (*step)(uint32_t rank, int k, uint64_t *ids, uint64_t *offsets,
+                                     float *grads)) {
+  static uint64_t ids[1024], offsets[2]; static float grads[1024 * 64];
+  emc_store *s; emc_cache *c; emc_group *g; emc_optimizer opt;
+  emc_status st = emc_store_attach(name, &s);
+  if (st != EMC_OK) return st;
+  emc_optimizer_init(&opt);
+  if ((st = emc_cache_create(s, NULL, &c)) == EMC_OK) {
+    if ((st = emc_group_join(s, rank, 4, 10000, &g)) == EMC_OK) {  /* 4 ranks, 10 s timeout */
+      for (int k = 0; k < steps && st == EMC_OK; k++) {
+        step(rank, k, ids, offsets, grads);     /* lookup, forward, backward: this rank's part */
+        st = emc_group_apply_gradients(g, c, ids, offsets, grads, &opt, NULL);
+      }                                         /* EMC_ETIMEDOUT: a rank died or was late */
+      emc_group_leave(g);
+    }
+    emc_cache_destroy(c);
+  }
+  emc_store_destroy(s);
+  return st;
+}
 /* retire:  emc_store_unlink(name); the memory goes when the last process destroys its store */
 /* ---- end of README snippets ---- */
 
@@ -107,6 +148,79 @@ START_TEST(shared_snippet_runs) {
   ck_assert_int_eq(emc_store_unlink(name), EMC_OK);
   ck_assert_int_eq(read_shared(name, ids, 3, got), EMC_EIO);
   unlink(path);
+}
+END_TEST
+
+/* The serving snippet in eight processes over one shared store: each reads the store's rows
+ * through its own cache; the trainer snippet in four rank processes:
+ * the store afterwards is what one process applying every rank's gradients computes (the
+ * gradients are multiples of 1/64 and few, so every summation order gives the same floats). */
+enum { S_ROWS = 2000, S_DIM = 64, S_STEPS = 25, S_N = 40 };
+static void rank_step(uint32_t rank, int k, uint64_t *ids, uint64_t *offsets, float *grads) {
+  int i, j;
+  offsets[0] = 0;
+  offsets[1] = S_N;
+  for (i = 0; i < S_N; i++) {
+    ids[i] = (uint64_t)((rank * 97u + (unsigned)k * 31u + (unsigned)i * (unsigned)i) % S_ROWS);
+    for (j = 0; j < S_DIM; j++) grads[i * S_DIM + j] = (float)((int)((rank + (unsigned)i + (unsigned)j) % 5) - 2) / 64.0f;
+  }
+}
+
+START_TEST(shared_serving_and_training_snippets_run) {
+  emc_table_desc td = {"emb", EMC_TABLE_DENSE, S_ROWS, S_DIM, EMC_DTYPE_F32, EMC_STATE_NONE};
+  emc_store *s, *ref;
+  emc_cache *rc;
+  emc_optimizer opt;
+  char name[64];
+  static float want[S_ROWS * S_DIM], got[S_ROWS * S_DIM];
+  static uint64_t all[S_ROWS], ids[4 * S_N], off[2];
+  static float grads[4 * S_N * S_DIM];
+  pid_t kids[8];
+  int i, k, stt;
+  uint32_t r;
+  snprintf(name, sizeof name, "/emct-readme2-%d", (int)getpid());
+  shm_unlink(name);
+  for (i = 0; i < S_ROWS; i++) all[i] = (uint64_t)i;
+  ck_assert_int_eq(emc_store_create_shared(name, &td, 1, &s), EMC_OK);
+  ck_assert_int_eq(emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 8), EMC_OK);
+  ck_assert_int_eq(emc_store_read(s, 0, all, S_ROWS, want), EMC_OK);
+  for (i = 0; i < 8; i++) { /* eight servers: each looks every row up through its cache */
+    if ((kids[i] = fork()) == 0) {
+      uint64_t o[2] = {0, S_ROWS};
+      _exit(serve_shared(name, all, o, got) == EMC_OK && memcmp(got, want, sizeof got) == 0 ? 0 : 1);
+    }
+    ck_assert_int_gt(kids[i], 0);
+  }
+  for (i = 0; i < 8; i++) {
+    ck_assert_int_eq(waitpid(kids[i], &stt, 0), kids[i]);
+    ck_assert(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+  }
+  for (r = 0; r < 4; r++) { /* four trainers */
+    if ((kids[r] = fork()) == 0) _exit(train_shared(name, r, S_STEPS, rank_step) == EMC_OK ? 0 : 1);
+    ck_assert_int_gt(kids[r], 0);
+  }
+  for (r = 0; r < 4; r++) {
+    ck_assert_int_eq(waitpid(kids[r], &stt, 0), kids[r]);
+    ck_assert(WIFEXITED(stt) && WEXITSTATUS(stt) == 0);
+  }
+  /* the reference: a private copy, every rank's batch of a step applied as one batch */
+  ck_assert_int_eq(emc_store_create(&td, 1, &ref), EMC_OK);
+  ck_assert_int_eq(emc_store_fill_uniform(ref, 0, -1.0f, 1.0f, 8), EMC_OK);
+  ck_assert_int_eq(emc_cache_create(ref, NULL, &rc), EMC_OK);
+  emc_optimizer_init(&opt);
+  for (k = 0; k < S_STEPS; k++) {
+    for (r = 0; r < 4; r++) rank_step(r, k, ids + r * S_N, off, grads + r * S_N * S_DIM);
+    off[0] = 0;
+    off[1] = 4 * S_N;
+    ck_assert_int_eq(emc_apply_gradients(rc, ids, off, grads, &opt, NULL), EMC_OK);
+  }
+  ck_assert_int_eq(emc_cache_destroy(rc), EMC_OK);
+  ck_assert_int_eq(emc_store_read(ref, 0, all, S_ROWS, want), EMC_OK);
+  ck_assert_int_eq(emc_store_read(s, 0, all, S_ROWS, got), EMC_OK);
+  ck_assert_mem_eq(got, want, sizeof got);
+  emc_store_destroy(ref);
+  emc_store_destroy(s);
+  ck_assert_int_eq(emc_store_unlink(name), EMC_OK);
 }
 END_TEST
 
@@ -186,6 +300,7 @@ int main(void) {
   int failed;
   tcase_add_test(tc, inference_snippet_runs);
   tcase_add_test(tc, shared_snippet_runs);
+  tcase_add_test(tc, shared_serving_and_training_snippets_run);
   tcase_add_test(tc, trainer_snippet_matches_reference);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);
