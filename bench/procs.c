@@ -28,6 +28,21 @@
 #include "slot.h"
 #include "trace.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define EMCB_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMCB_TSAN 1
+#endif
+#endif
+#ifdef EMCB_TSAN
+/* The workers fork while the shared store's robust lock and jemalloc's locks are known to
+ * TSan's deadlock detector, which models one process and overflows its list of held locks
+ * (tests/test_store_shared.c). Races are still detected. */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void) { return "detect_deadlocks=0"; }
+#endif
+
 #define MAX_PROCS 64u
 
 typedef struct worker_out {

@@ -730,16 +730,22 @@ EMC_API emc_status emc_store_read_state(const emc_store *s, uint32_t table, cons
  * by row, to a plain copy of it (emc_apply_gradients with each row once and its G). Rows the
  * step wrote are dropped from every cache over the store (the update log), so every rank's
  * cache holds the same bits afterwards.
- * The merged update is computed by one rank and staged, as whole new rows, in shared memory
- * before any row changes; the store is always the state after a whole number of steps. If a
- * rank dies, leaves, or does not arrive within timeout_ms of another rank's arrival, the
- * others return EMC_ETIMEDOUT (after at most timeout_ms, plus 10 ms to notice a death) and
- * the group is broken: every later step returns EMC_ETIMEDOUT until all ranks have left and
- * a new group is joined. A step whose application had begun when its rank died is completed
- * by a waiting rank or by the next emc_group_join. Each rank's staging memory is the POSIX
- * shared memory "<store name>.g<rank>" (removed by emc_group_leave). One thread at a time
- * per emc_group; ranks may be threads of one process, each with its own group handle. Host
- * caches only (CUDA caches over a shared store are not built yet). */
+ * The merged update is computed by one rank (the first to see every rank arrive) and staged,
+ * as whole new rows, in shared memory before any row changes. Its rows are then written one
+ * by one under the store's lock: a reader may see a step part-way, but whoever takes the lock
+ * next sees the store after a whole number of steps (a step whose applier died after staging
+ * it is completed by the next process that takes the lock, a waiting rank, or the next
+ * emc_group_join, before anything else is written). If a rank dies, leaves, or does not
+ * arrive within timeout_ms of this rank's arrival, every rank's call returns EMC_ETIMEDOUT
+ * for that step (after at most timeout_ms, plus about 10 ms to notice a death; claiming the
+ * step and breaking the group at it are one atomic decision, so ranks never disagree on
+ * whether it happened), and the group is broken: every later step returns EMC_ETIMEDOUT
+ * until all ranks have left and a new group is joined. Once a rank has claimed a step the
+ * others wait for it while its process lives. Ranks must share a PID namespace (a rank is
+ * seen dead by its pid and start time). Each rank's staging memory is the POSIX shared memory
+ * "<store name>.g<rank>" (removed by emc_group_leave). One thread at a time per emc_group;
+ * ranks may be threads of one process, each with its own group handle. Host caches only
+ * (CUDA caches over a shared store are not built yet). */
 typedef struct emc_group emc_group;
 
 /* Join the training group of shared store s as rank `rank` of `n_ranks` (<= 256). The first
@@ -748,8 +754,9 @@ typedef struct emc_group emc_group;
  * rank >= n_ranks, n_ranks other than the group's, a rank already joined by a live process,
  * timeout_ms 0, a store name too long for "<name>.g<rank>"), EMC_ETIMEDOUT (the group is
  * broken and some of its ranks have not left yet), EMC_EIO / EMC_ENOMEM (the staging
- * memory), EMC_ECORRUPT (the segment's lock was written over). Nothing is changed on failure
- * (but a step a dead rank had committed is completed). Blocking. */
+ * memory), EMC_ECORRUPT (the segment's lock was written over). Nothing of the group is
+ * changed on failure, except that ranks whose process is gone are removed from it (and the
+ * group is then broken) and a step a dead rank had committed is completed. Blocking. */
 EMC_API emc_status emc_group_join(emc_store *s, uint32_t rank, uint32_t n_ranks,
                                   uint32_t timeout_ms, emc_group **out);
 /* One collective sparse step: every rank calls it once per step with its own batch and

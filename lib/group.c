@@ -66,12 +66,6 @@ struct emc_group {
   size_t map_bytes;
 };
 
-/* Records: a table, an id, then f32 gradients (contributions) or a full row (staged rows). */
-typedef struct rec_hdr {
-  uint32_t table, pad_;
-  uint64_t id;
-} rec_hdr;
-static size_t rec_bytes(uint32_t payload) { return sizeof(rec_hdr) + ((payload + 7u) & ~7u); }
 
 static uint64_t now_ms(void) {
   struct timespec ts;
@@ -79,25 +73,41 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Gone, or a zombie (dead, not yet reaped by its parent: it holds nothing any more). */
-static int pid_dead(uint32_t pid) {
-  char path[64], buf[512];
+/* A process's state letter and start time (field 22 of /proc/<pid>/stat, clock ticks since
+ * boot): 0, or -1 when it has no entry (gone). */
+static int proc_stat(uint32_t pid, char *state, uint64_t *start) {
+  char path[64], buf[1024];
   const char *p;
   ssize_t n;
-  int fd;
-  if (pid == 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) return 1;
+  int fd, f;
   snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return 0;
+  if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
   n = read(fd, buf, sizeof buf - 1);
   close(fd);
-  if (n <= 0) return 0;
+  if (n <= 0) return -1;
   buf[n] = 0;
-  p = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything but the last ')' */
-  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+  if (!(p = strrchr(buf, ')')) || p[1] != ' ') return -1; /* "pid (comm) S f4 ... f22 ..." */
+  *state = p[2];
+  for (p += 2, f = 3; f < 22 && (p = strchr(p, ' ')); f++) p++;
+  *start = p ? strtoull(p, NULL, 10) : 0;
+  return 0;
 }
 
-static void stage_name(const emc_store *s, uint32_t rank, char *buf, size_t cap) {
-  snprintf(buf, cap, "%s.g%u", s->seg_name, rank);
+/* Is the rank process (pid, start) gone: no such process, a zombie (dead, not yet reaped: it
+ * holds nothing), or another process under a reused pid? Ranks share one PID namespace. */
+static int rank_dead(uint32_t pid, uint64_t start) {
+  char state;
+  uint64_t st;
+  if (pid == 0) return 1;
+  if (proc_stat(pid, &state, &st) != 0) /* no /proc: kill() says whether the pid exists */
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+  return state == 'Z' || state == 'X' || (start != 0 && st != start);
+}
+
+static uint64_t self_start(void) {
+  char state;
+  uint64_t st = 0;
+  return proc_stat((uint32_t)getpid(), &state, &st) == 0 ? st : 0;
 }
 
 /* ----------------------------------------------------------------- staging segments */
@@ -126,102 +136,6 @@ static emc_status stage_reserve(emc_group *g, size_t bytes) {
   return EMC_OK;
 }
 
-/* Map rank r's staging segment read-only; at least `need` bytes or EMC_ECORRUPT. */
-static emc_status stage_peer(const emc_store *s, uint32_t r, size_t need, const unsigned char **p,
-                             size_t *bytes) {
-  char name[300];
-  struct stat sb;
-  void *m;
-  int fd, e;
-  stage_name(s, r, name, sizeof name);
-  if ((fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0)) < 0) {
-    e = errno;
-    return EMC_FAIL(EMC_ECORRUPT, "rank %u's staging segment '%s': %s", r, name, strerror(e));
-  }
-  if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < need || sb.st_size == 0) {
-    close(fd);
-    return EMC_FAIL(EMC_ECORRUPT, "rank %u's staging segment '%s' is shorter than its records",
-                    r, name);
-  }
-  m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
-  e = errno;
-  close(fd);
-  if (m == MAP_FAILED)
-    return EMC_FAIL(e == ENOMEM ? EMC_ENOMEM : EMC_EIO, "mapping '%s': %s", name, strerror(e));
-  *p = m;
-  *bytes = (size_t)sb.st_size;
-  return EMC_OK;
-}
-
-/* ----------------------------------------------------------------- apply (store lock held) */
-/* Write the staged rows at p[0 .. bytes) (n records) to the store: announced, written,
- * published. Records were checked when staged; a segment scribbled on since is skipped. */
-static emc_status apply_staged(emc_store *s, const unsigned char *p, size_t bytes, uint64_t n) {
-  size_t at;
-  uint64_t i;
-  emc_status st = EMC_OK;
-  for (i = 0, at = 0; i < n && at + sizeof(rec_hdr) <= bytes; i++) {
-    rec_hdr h;
-    memcpy(&h, p + at, sizeof h);
-    if (h.table >= s->n_tables) break;
-    emc__log_ids(s, h.table, &h.id, 1);
-    at += rec_bytes(s->tables[h.table].full_bytes);
-  }
-  for (i = 0, at = 0; i < n; i++) {
-    rec_hdr h;
-    const emc__table *t;
-    int64_t row;
-    if (at + sizeof(rec_hdr) > bytes) break;
-    memcpy(&h, p + at, sizeof h);
-    if (h.table >= s->n_tables || at + rec_bytes(s->tables[h.table].full_bytes) > bytes) break;
-    t = &s->tables[h.table];
-    row = t->kind == EMC_TABLE_DENSE ? (h.id < t->rows ? (int64_t)h.id : -1)
-                                     : emc__store_find_or_add(s, h.table, h.id, NULL);
-    if (row >= 0) {
-      emc__store_full_write(s, h.table, (uint64_t)row, p + at + sizeof h);
-      EMC__TP(EMC__TP_WRITE, "group: row applied");
-    } else {
-      st = EMC_FAIL(EMC_ECORRUPT, "a staged row of table %u has no store row (the segment was "
-                    "written over)", h.table);
-    }
-    at += rec_bytes(t->full_bytes);
-  }
-  if (i < n && st == EMC_OK)
-    st = EMC_FAIL(EMC_ECORRUPT, "staged rows end early (the segment was written over)");
-  emc__log_publish(s);
-  return st;
-}
-
-static void finish(emc__grp *G, uint64_t k, emc_status st) {
-  if (st != EMC_OK) snprintf(G->detail, sizeof G->detail, "%s", emc_last_error_detail());
-  EMC_ST_RELAXED(&G->done_status, (uint32_t)st);
-  EMC_ST_RELEASE(&G->done, k);
-}
-
-/* A committed step not yet applied (its applier died): apply its staged rows now. */
-static void complete_pending(emc_store *s) {
-  emc__grp *G = s->seg_grp;
-  uint64_t k = EMC_LD_ACQUIRE(&G->apply_step), off, rows, bytes;
-  const unsigned char *p;
-  size_t mb;
-  emc_status st;
-  if (k <= EMC_LD_RELAXED(&G->done)) return;
-  off = EMC_LD_RELAXED(&G->apply_off);
-  rows = EMC_LD_RELAXED(&G->apply_rows);
-  bytes = EMC_LD_RELAXED(&G->apply_bytes);
-  if (off > SIZE_MAX / 2 || bytes > SIZE_MAX / 2) {
-    finish(G, k, EMC_FAIL(EMC_ECORRUPT, "the staged step's record is written over"));
-    return;
-  }
-  st = stage_peer(s, EMC_LD_RELAXED(&G->apply_rank) % EMC__GROUP_MAX_RANKS, (size_t)(off + bytes),
-                  &p, &mb);
-  if (st == EMC_OK) {
-    st = apply_staged(s, p + off, (size_t)bytes, rows);
-    munmap((void *)p, mb);
-  }
-  finish(G, k, st);
-}
-
 /* ----------------------------------------------------------------- contribution */
 /* Rank-local: sum the batch's gradients per distinct (table, id) in increasing position
  * order into records after the staging header; their bytes into *bytes. */
@@ -245,16 +159,16 @@ static emc_status contribute(emc_group *g, const emc_cache *c, const uint64_t *i
   }
   if ((st = emc__dedup_batch(s->n_tables, ids, offsets, uniq, uoff, inv)) != EMC_OK) goto out;
   for (t = 0; t < s->n_tables; t++)
-    need += (size_t)(uoff[t + 1] - uoff[t]) * rec_bytes(4u * s->tables[t].dim);
+    need += (size_t)(uoff[t + 1] - uoff[t]) * emc__rec_bytes(4u * s->tables[t].dim);
   if ((st = stage_reserve(g, need)) != EMC_OK) goto out;
   for (t = 0, at = STAGE_HDR; t < s->n_tables; t++) {
     uint32_t dim = s->tables[t].dim;
-    size_t rb = rec_bytes(4u * dim), base = at - (size_t)uoff[t] * rb;
+    size_t rb = emc__rec_bytes(4u * dim), base = at - (size_t)uoff[t] * rb;
     for (p = offsets[t]; p < offsets[t + 1]; p++, gt += dim) {
       unsigned char *r = g->map + base + (size_t)inv[p] * rb;
-      float *acc = (float *)(void *)(r + sizeof(rec_hdr));
+      float *acc = (float *)(void *)(r + sizeof(emc__rec_hdr));
       if (!seen[inv[p]]) {
-        rec_hdr h = {t, 0, ids[p]};
+        emc__rec_hdr h = {t, 0, ids[p]};
         memcpy(r, &h, sizeof h);
         memcpy(acc, gt, dim * sizeof *acc);
         seen[inv[p]] = 1;
@@ -278,6 +192,7 @@ typedef struct merged {
   uint32_t *table, *count;
   size_t *acc_at;                 /* float offset of each merged row's gradient in acc */
   float *acc;
+  unsigned char *copy;            /* the ranks' contributions, copied out of shared memory */
 } merged;
 
 static void merged_free(merged *m) {
@@ -287,26 +202,46 @@ static void merged_free(merged *m) {
   free(m->count);
   free(m->acc_at);
   free(m->acc);
+  free(m->copy);
 }
 
 /* Merge every rank's records in increasing rank order (maps[r]: its staging segment). */
+/* Merge every rank's records in increasing rank order (maps[r]: its staging segment). Each
+ * contribution is copied out of shared memory once, so what is sized is what is parsed. */
 static emc_status merge(emc_group *g, const unsigned char *const *maps, const size_t *lens,
                         merged *m) {
   const emc_store *s = g->s;
-  const emc__grp *G = g->G;
+  size_t cb[EMC__GROUP_MAX_RANKS], total = 0, at;
   uint64_t recs = 0, floats = 0;
   uint32_t r;
-  for (r = 0; r < g->n_ranks; r++) { /* an upper bound: every record distinct */
-    size_t at = STAGE_HDR, end = STAGE_HDR + (size_t)EMC_LD_RELAXED(&G->ranks[r].contrib_bytes);
-    while (at + sizeof(rec_hdr) <= end && end <= lens[r]) {
-      rec_hdr h;
-      memcpy(&h, maps[r] + at, sizeof h);
-      if (h.table >= s->n_tables) break;
-      recs++;
-      floats += s->tables[h.table].dim;
-      at += rec_bytes(4u * s->tables[h.table].dim);
-    }
+  for (r = 0; r < g->n_ranks; r++) {
+    uint64_t b = EMC_LD_RELAXED(&g->G->ranks[r].contrib_bytes);
+    if (b > lens[r] || STAGE_HDR + b > lens[r] || (b & 7u))
+      return EMC_FAIL(EMC_ECORRUPT, "rank %u's contribution (%llu bytes) runs past its staging "
+                      "segment", r, (unsigned long long)b);
+    cb[r] = (size_t)b;
+    total += cb[r];
   }
+  if (!(m->copy = emc__malloc(total + 8)))
+    return EMC_FAIL(EMC_ENOMEM, "a copy of %zu bytes of contributions", total);
+  for (r = 0, at = 0; r < g->n_ranks; r++) {
+    memcpy(m->copy + at, maps[r] + STAGE_HDR, cb[r]);
+    at += cb[r];
+  }
+  for (at = 0; at + sizeof(emc__rec_hdr) <= total;) { /* sizes: every record distinct */
+    emc__rec_hdr h;
+    memcpy(&h, m->copy + at, sizeof h);
+    if (h.table >= s->n_tables)
+      return EMC_FAIL(EMC_ECORRUPT, "a contribution names table %u of %u", h.table, s->n_tables);
+    if (s->tables[h.table].kind == EMC_TABLE_DENSE && h.id >= s->tables[h.table].rows)
+      return EMC_FAIL(EMC_ECORRUPT, "a contribution names id %llu of table %u (%llu rows)",
+                      (unsigned long long)h.id, h.table,
+                      (unsigned long long)s->tables[h.table].rows);
+    recs++;
+    floats += s->tables[h.table].dim;
+    at += emc__rec_bytes(4u * s->tables[h.table].dim);
+  }
+  if (at != total) return EMC_FAIL(EMC_ECORRUPT, "a contribution ends inside a record");
   m->cap = emc__u64_pow2_at_least(2 * recs + 2, 16);
   m->slot_of = emc__mallocn(m->cap, sizeof *m->slot_of);
   m->id = emc__mallocn(recs + 1, sizeof *m->id);
@@ -318,42 +253,33 @@ static emc_status merge(emc_group *g, const unsigned char *const *maps, const si
     return EMC_FAIL(EMC_ENOMEM, "merging %llu gradient rows", (unsigned long long)recs);
   memset(m->slot_of, 0, m->cap * sizeof *m->slot_of);
   floats = 0;
-  for (r = 0; r < g->n_ranks; r++) {
-    size_t at = STAGE_HDR, end = STAGE_HDR + (size_t)EMC_LD_RELAXED(&G->ranks[r].contrib_bytes);
-    if (end > lens[r])
-      return EMC_FAIL(EMC_ECORRUPT, "rank %u's contribution runs past its staging segment", r);
-    while (at + sizeof(rec_hdr) <= end) {
-      rec_hdr h;
-      uint32_t dim;
-      uint64_t i;
-      const float *gr;
-      memcpy(&h, maps[r] + at, sizeof h);
-      if (h.table >= s->n_tables)
-        return EMC_FAIL(EMC_ECORRUPT, "rank %u staged table %u of %u", r, h.table, s->n_tables);
-      dim = s->tables[h.table].dim;
-      if (at + rec_bytes(4u * dim) > end)
-        return EMC_FAIL(EMC_ECORRUPT, "rank %u's records run past its contribution", r);
-      gr = (const float *)(const void *)(maps[r] + at + sizeof h);
-      for (i = emc__fmix64(h.id ^ ((uint64_t)h.table << 48)) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        uint64_t v = m->slot_of[i];
-        if (v == 0) { /* the first rank with this row */
-          m->slot_of[i] = ++m->n;
-          m->id[m->n - 1] = h.id;
-          m->table[m->n - 1] = h.table;
-          m->count[m->n - 1] = 1;
-          m->acc_at[m->n - 1] = (size_t)floats;
-          memcpy(m->acc + floats, gr, dim * sizeof(float));
-          floats += dim;
-          break;
-        }
-        if (m->id[v - 1] == h.id && m->table[v - 1] == h.table) {
-          emc__grad_add(m->acc + m->acc_at[v - 1], gr, dim);
-          m->count[v - 1]++;
-          break;
-        }
+  for (at = 0; at < total;) { /* in rank order: the copies lie rank after rank */
+    emc__rec_hdr h;
+    uint32_t dim;
+    uint64_t i;
+    const float *gr;
+    memcpy(&h, m->copy + at, sizeof h);
+    dim = s->tables[h.table].dim;
+    gr = (const float *)(const void *)(m->copy + at + sizeof h);
+    for (i = emc__fmix64(h.id ^ ((uint64_t)h.table << 48)) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+      uint64_t v = m->slot_of[i];
+      if (v == 0) { /* the first rank with this row */
+        m->slot_of[i] = ++m->n;
+        m->id[m->n - 1] = h.id;
+        m->table[m->n - 1] = h.table;
+        m->count[m->n - 1] = 1;
+        m->acc_at[m->n - 1] = (size_t)floats;
+        memcpy(m->acc + floats, gr, dim * sizeof(float));
+        floats += dim;
+        break;
       }
-      at += rec_bytes(4u * dim);
+      if (m->id[v - 1] == h.id && m->table[v - 1] == h.table) {
+        emc__grad_add(m->acc + m->acc_at[v - 1], gr, dim);
+        m->count[v - 1]++;
+        break;
+      }
     }
+    at += emc__rec_bytes(4u * dim);
   }
   return EMC_OK;
 }
@@ -372,8 +298,14 @@ static emc_status run_step(emc_group *g, uint64_t k) {
   emc_status st = EMC_OK;
   memset(&m, 0, sizeof m);
   memset(maps, 0, sizeof maps);
+  /* under the lock: a rank that left (or a join that found one dead) since the claim makes
+   * the step fail for everyone, who all see it through done */
+  if (EMC_LD_RELAXED(&G->broken) == g->epoch)
+    return EMC_FAIL(EMC_ETIMEDOUT, "a rank left or died before the step was applied (nothing "
+                    "changed); the group is broken: every rank must leave before it forms again");
   for (r = 0; r < g->n_ranks; r++) { /* a rank that refused its own batch refuses the step */
     uint32_t why = EMC_LD_RELAXED(&G->ranks[r].refused);
+    if (why > (uint32_t)EMC_ETIMEDOUT) why = (uint32_t)EMC_ECORRUPT;
     if (why != EMC_OK)
       return EMC_FAIL((emc_status)why, "rank %u refused its batch (%s); nothing changed", r,
                       emc_status_name((emc_status)why));
@@ -382,7 +314,7 @@ static emc_status run_step(emc_group *g, uint64_t k) {
     if (r == g->rank) { /* its own: the mapping it has */
       maps[r] = g->map;
       lens[r] = g->map_bytes;
-    } else if ((st = stage_peer(s, r, STAGE_HDR, &maps[r], &lens[r])) != EMC_OK) {
+    } else if ((st = emc__stage_peer(s, r, STAGE_HDR, &maps[r], &lens[r])) != EMC_OK) {
       goto out;
     }
   }
@@ -414,7 +346,7 @@ static emc_status run_step(emc_group *g, uint64_t k) {
   /* stage the new rows after this rank's contribution */
   apply_off = STAGE_HDR + (size_t)EMC_LD_RELAXED(&G->ranks[g->rank].contrib_bytes);
   apply_off = (apply_off + 63u) & ~(size_t)63u;
-  for (i = 0, at = apply_off; i < m.n; i++) at += rec_bytes(s->tables[m.table[i]].full_bytes);
+  for (i = 0, at = apply_off; i < m.n; i++) at += emc__rec_bytes(s->tables[m.table[i]].full_bytes);
   if (!(buf = emc__malloc(widest))) {
     st = EMC_FAIL(EMC_ENOMEM, "a row buffer");
     goto out;
@@ -425,7 +357,7 @@ static emc_status run_step(emc_group *g, uint64_t k) {
     const emc__table *tb = &s->tables[m.table[i]];
     int64_t row = tb->kind == EMC_TABLE_DENSE ? (int64_t)m.id[i] : emc__store_find(tb, m.id[i]);
     float state = 0.0f, *gv = m.acc + m.acc_at[i];
-    rec_hdr h = {m.table[i], 0, m.id[i]};
+    emc__rec_hdr h = {m.table[i], 0, m.id[i]};
     if (row >= 0) emc__store_full_read(s, m.table[i], (uint64_t)row, buf);
     else memset(buf, 0, tb->full_bytes); /* a new hashed id starts from zeros */
     if (o.merge == EMC_MERGE_MEAN) emc__grad_mean(gv, m.count[i], tb->dim);
@@ -435,7 +367,7 @@ static emc_status run_step(emc_group *g, uint64_t k) {
     if (tb->state != EMC_STATE_NONE) memcpy(buf + tb->state_off, &state, 4);
     memcpy(g->map + at, &h, sizeof h);
     memcpy(g->map + at + sizeof h, buf, tb->full_bytes);
-    at += rec_bytes(tb->full_bytes);
+    at += emc__rec_bytes(tb->full_bytes);
   }
   /* the commit point: from here the step happens, whoever finishes it */
   EMC_ST_RELAXED(&G->apply_rank, g->rank);
@@ -444,7 +376,7 @@ static emc_status run_step(emc_group *g, uint64_t k) {
   EMC_ST_RELAXED(&G->apply_bytes, (uint64_t)(at - apply_off));
   EMC_ST_RELEASE(&G->apply_step, k);
   EMC__TP(EMC__TP_WRITE, "group: step committed");
-  st = apply_staged(s, g->map + apply_off, at - apply_off, m.n);
+  st = emc__stage_apply(s, g->map + apply_off, at - apply_off, m.n);
 out:
   for (r = 0; r < g->n_ranks; r++)
     if (maps[r] && maps[r] != g->map) munmap((void *)maps[r], lens[r]);
@@ -459,10 +391,21 @@ static void sleep_us(unsigned us) {
   nanosleep(&ts, NULL);
 }
 
-static emc_status broke(emc_group *g, const char *why, uint32_t r) {
+
+/* The claim word (emc__grp.claimed): step << 9 | tag. Claiming a step and breaking the group
+ * at it are one compare-and-swap on it, so every rank agrees on which happened. */
+#define TAG_BITS 9u
+#define TAG_BROKEN 0x1ffu
+static uint64_t claim_word(uint64_t k, uint32_t tag) { return k << TAG_BITS | tag; }
+
+/* Break the group at step k, unless a rank claimed it first (then 0: wait for it). */
+static int break_at(emc_group *g, uint64_t k, uint64_t seen) {
+  if (seen >> TAG_BITS >= k) return 0;
+  if (!__atomic_compare_exchange_n(&g->G->claimed, &seen, claim_word(k, TAG_BROKEN), 0,
+                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return (seen & TAG_BROKEN) == TAG_BROKEN;
   EMC_ST_RELAXED(&g->G->broken, g->epoch);
-  return EMC_FAIL(EMC_ETIMEDOUT, "rank %u %s; the group is broken: every rank must leave "
-                  "before it forms again", r, why);
+  return 1;
 }
 
 /* Wait for step k to finish (or claim and run it); its status. */
@@ -471,62 +414,76 @@ static emc_status wait_step(emc_group *g, uint64_t k) {
   uint64_t start = now_ms(), last_check = start;
   unsigned spins = 0, nap = 20;
   for (;;) {
-    uint64_t now;
+    uint64_t now, w;
+    uint32_t tag;
     int check;
     if (EMC_LD_ACQUIRE(&G->done) >= k) {
       emc_status st = (emc_status)EMC_LD_RELAXED(&G->done_status);
       if (st == EMC_OK) return EMC_OK;
-      return EMC_FAIL(st, "%s", G->detail);
+      return EMC_FAIL(st, "%.*s", (int)sizeof G->detail, G->detail);
     }
-    if (EMC_LD_RELAXED(&G->broken) == g->epoch)
-      return EMC_FAIL(EMC_ETIMEDOUT, "the group is broken (a rank left, died or was late): "
-                      "every rank must leave before it forms again");
     now = spins < 64 ? start : now_ms();
     check = now - last_check >= LIVE_CHECK_MS;
     if (check) last_check = now;
-    if (EMC_LD_RELAXED(&G->claimed) < k) { /* arrivals */
-      uint32_t r, all = 1;
-      for (r = 0; r < g->n_ranks; r++) {
-        const emc__grp_rank *q = &G->ranks[r];
-        uint32_t pid = EMC_LD_ACQUIRE(&q->pid);
-        /* a rank not joined yet is waited for (a rank that left broke the group) */
-        if (pid != 0 && EMC_LD_RELAXED(&q->epoch) == g->epoch && EMC_LD_ACQUIRE(&q->arrived) >= k)
-          continue;
-        all = 0;
-        if (check && pid != 0 && pid_dead(pid)) return broke(g, "died", r);
-      }
-      if (all) {
-        uint64_t want = k - 1;
-        if (__atomic_compare_exchange_n(&G->claimed, &want, k, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-          emc_status st;
-          EMC_ST_RELAXED(&G->claim_rank, g->rank);
-          if ((st = emc__store_lock(g->s)) != EMC_OK) {
-            finish(G, k, st);
-            return st;
-          }
-          complete_pending(g->s); /* an older step a dead applier committed */
-          st = run_step(g, k);
-          finish(G, k, st);
-          emc__store_unlock(g->s);
-          continue; /* done >= k now */
-        }
-      } else if (now - start > g->timeout_ms) {
-        uint32_t late = 0;
-        while (late + 1 < g->n_ranks && EMC_LD_ACQUIRE(&G->ranks[late].arrived) >= k) late++;
-        return broke(g, "did not arrive in time", late);
-      }
-    } else if (check) { /* claimed: wait while the claimer lives */
-      uint32_t c = EMC_LD_RELAXED(&G->claim_rank) % EMC__GROUP_MAX_RANKS;
-      if (pid_dead(EMC_LD_RELAXED(&G->ranks[c].pid))) {
-        emc_status st = emc__store_lock(g->s); /* a dead holder is repaired here */
+    w = EMC_LD_ACQUIRE(&G->claimed);
+    tag = (uint32_t)(w & TAG_BROKEN);
+    if (tag == TAG_BROKEN)
+      return EMC_FAIL(EMC_ETIMEDOUT, "the group is broken (a rank left, died or was late): "
+                      "every rank must leave before it forms again");
+    if (w >> TAG_BITS >= k) { /* claimed: wait while the claimer lives */
+      const emc__grp_rank *q = &G->ranks[(tag - 1u) % EMC__GROUP_MAX_RANKS];
+      if (check && rank_dead(EMC_LD_RELAXED(&q->pid), EMC_LD_RELAXED(&q->start))) {
+        emc_status st = emc__store_lock(g->s); /* repairs what it left, finishes a commit */
         if (st != EMC_OK) return st;
-        complete_pending(g->s);
+        emc__grp_complete_pending(g->s);
         if (EMC_LD_RELAXED(&G->done) < k) { /* it died before its commit: the step is lost */
+          EMC_ST_RELAXED(&G->claimed, claim_word(k, TAG_BROKEN));
+          EMC_ST_RELAXED(&G->broken, g->epoch);
           emc__store_unlock(g->s);
-          return broke(g, "claimed the step and died before staging it (nothing changed)", c);
+          return EMC_FAIL(EMC_ETIMEDOUT, "rank %u claimed the step and died before staging it "
+                          "(nothing changed); the group is broken: every rank must leave "
+                          "before it forms again", tag - 1u);
         }
         emc__store_unlock(g->s);
         continue;
+      }
+    } else { /* arrivals */
+      uint32_t r, all = 1, dead = EMC__GROUP_MAX_RANKS;
+      for (r = 0; r < g->n_ranks; r++) {
+        const emc__grp_rank *q = &G->ranks[r];
+        uint32_t pid = EMC_LD_ACQUIRE(&q->pid);
+        /* a rank not joined yet is waited for (one that left broke the group) */
+        if (pid != 0 && EMC_LD_RELAXED(&q->epoch) == g->epoch && EMC_LD_ACQUIRE(&q->arrived) >= k)
+          continue;
+        all = 0;
+        if (check && pid != 0 && rank_dead(pid, EMC_LD_RELAXED(&q->start))) dead = r;
+      }
+      if (all && EMC_LD_RELAXED(&G->broken) != g->epoch) {
+        if (__atomic_compare_exchange_n(&G->claimed, &w, claim_word(k, g->rank + 1u), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+          emc_status st = emc__store_lock(g->s);
+          if (st != EMC_OK) {
+            emc__grp_finish(G, k, st);
+            return st;
+          }
+          emc__grp_complete_pending(g->s); /* an older step a dead applier committed */
+          st = run_step(g, k);
+          emc__grp_finish(G, k, st);
+          emc__store_unlock(g->s);
+        }
+        continue; /* done >= k now, or another rank claimed or broke the step */
+      }
+      if (dead < EMC__GROUP_MAX_RANKS || EMC_LD_RELAXED(&G->broken) == g->epoch ||
+          now - start > g->timeout_ms) {
+        uint32_t late = 0;
+        while (late + 1 < g->n_ranks && EMC_LD_ACQUIRE(&G->ranks[late].arrived) >= k) late++;
+        if (break_at(g, k, w))
+          return EMC_FAIL(EMC_ETIMEDOUT, "rank %u %s; the group is broken: every rank must leave "
+                          "before it forms again", dead < EMC__GROUP_MAX_RANKS ? dead : late,
+                          dead < EMC__GROUP_MAX_RANKS ? "died"
+                          : EMC_LD_RELAXED(&G->broken) == g->epoch ? "left, died or was late"
+                                                                    : "did not arrive in time");
+        continue; /* a rank claimed the step meanwhile: wait for it */
       }
     }
     if (++spins < 64) {
@@ -602,15 +559,15 @@ emc_status emc_group_join(emc_store *s, uint32_t rank, uint32_t n_ranks, uint32_
   g->n_ranks = n_ranks;
   g->timeout_ms = timeout_ms;
   g->fd = -1;
-  stage_name(s, rank, g->stage, sizeof g->stage);
+  emc__stage_name(s, rank, g->stage, sizeof g->stage);
   if ((st = emc__store_lock(s)) != EMC_OK) {
     free(g);
     return st;
   }
-  complete_pending(s); /* a step its dead applier committed */
+  emc__grp_complete_pending(s); /* a step its dead applier committed */
   for (r = 0; r < EMC__GROUP_MAX_RANKS; r++) { /* ranks whose process is gone */
     uint32_t pid = EMC_LD_RELAXED(&G->ranks[r].pid);
-    if (pid != 0 && pid_dead(pid)) {
+    if (pid != 0 && rank_dead(pid, EMC_LD_RELAXED(&G->ranks[r].start))) {
       EMC_ST_RELAXED(&G->ranks[r].pid, 0u);
       if (G->joined > 0) G->joined--;
       EMC_ST_RELAXED(&G->broken, G->epoch);
@@ -634,7 +591,7 @@ emc_status emc_group_join(emc_store *s, uint32_t rank, uint32_t n_ranks, uint32_
     if (G->n_ranks == 0) { /* a new group */
       G->n_ranks = n_ranks;
       G->epoch++;
-      EMC_ST_RELAXED(&G->claimed, EMC_LD_RELAXED(&G->done));
+      EMC_ST_RELAXED(&G->claimed, claim_word(EMC_LD_RELAXED(&G->done), 0));
     }
     g->epoch = G->epoch;
     g->step = EMC_LD_RELAXED(&G->done);
@@ -642,16 +599,15 @@ emc_status emc_group_join(emc_store *s, uint32_t rank, uint32_t n_ranks, uint32_
     EMC_ST_RELAXED(&me->contrib_bytes, 0u);
     EMC_ST_RELAXED(&me->refused, 0u);
     EMC_ST_RELAXED(&me->epoch, g->epoch);
+    EMC_ST_RELAXED(&me->start, self_start());
     EMC_ST_RELEASE(&me->pid, (uint32_t)getpid());
     G->joined++;
   }
+  if (st != EMC_OK && g->fd >= 0) shm_unlink(g->stage); /* its own, made above (under the lock) */
   emc__store_unlock(s);
   if (st != EMC_OK) {
     if (g->map) munmap(g->map, g->map_bytes);
-    if (g->fd >= 0) {
-      close(g->fd);
-      shm_unlink(g->stage);
-    }
+    if (g->fd >= 0) close(g->fd);
     free(g);
     return st;
   }
@@ -670,19 +626,21 @@ emc_status emc_group_leave(emc_group *g) {
   st = emc__store_lock(g->s);
   if (st == EMC_OK) {
     emc__grp_rank *me = &G->ranks[g->rank];
-    complete_pending(g->s); /* before its staged rows can go */
+    emc__grp_complete_pending(g->s); /* before its staged rows can go */
+    /* its slot, and so its staging name, only while this process holds them (a forked
+     * child's copy of the handle, or a slot cleared and joined again, are not its) */
     if (EMC_LD_RELAXED(&me->pid) == (uint32_t)getpid() && EMC_LD_RELAXED(&me->epoch) == g->epoch) {
       EMC_ST_RELAXED(&me->pid, 0u);
       EMC_ST_RELAXED(&me->epoch, 0u);
       if (G->joined > 0) G->joined--;
       if (G->joined == 0) G->n_ranks = 0;
       else EMC_ST_RELAXED(&G->broken, g->epoch); /* the others cannot step without it */
+      shm_unlink(g->stage);
     }
     emc__store_unlock(g->s);
   }
   if (g->map) munmap(g->map, g->map_bytes);
   if (g->fd >= 0) close(g->fd);
-  shm_unlink(g->stage);
   pthread_mutex_lock(&g->s->lock);
   g->s->caches--;
   pthread_mutex_unlock(&g->s->lock);

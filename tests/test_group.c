@@ -356,6 +356,82 @@ START_TEST(a_rank_dies) {
 }
 END_TEST
 
+/* A group of one whose applier dies in the middle of writing its committed step: the next
+ * process to take the store's lock, a plain writer, finishes the step first (seg_recover), so
+ * its own write is not overwritten by a later completion. */
+START_TEST(the_next_writer_finishes_a_dead_appliers_step) {
+  const char *name = fresh_name();
+  emc_store *s = NULL, *ref;
+  emc_cache *rc;
+  emc_optimizer o;
+  emc_group *g = NULL;
+  pid_t pid;
+  int stt = 0;
+  uint64_t id, k;
+  unsigned char row[DIM0 * 4], got[DIM0 * 4];
+  g_ctl = mmap(NULL, sizeof *g_ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  memset(g_ctl, 0, sizeof *g_ctl);
+  EMCT_OK(emc_store_create_shared(name, TABLES, 2, &s));
+  EMCT_OK(emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 11));
+  fflush(NULL);
+  if ((pid = fork()) == 0) { /* rank 0 of 1: step 1, killed after 3 of its rows */
+    emc_store *cs = NULL;
+    emc_cache *c = NULL;
+    emc_cache_config cc;
+    uint64_t ids[NPOS], off[3] = {0, ND, NPOS};
+    float grads[ND * DIM0 + NH * DIM1];
+    CHILD_CHECK(emc_store_attach(name, &cs) == EMC_OK, "attach");
+    emc_cache_config_init(&cc);
+    cc.backend = EMC_BACKEND_HOST;
+    cc.capacity_bytes = 1u << 20;
+    CHILD_CHECK(emc_cache_create(cs, &cc, &c) == EMC_OK, "cache");
+    CHILD_CHECK(emc_group_join(cs, 0, 1, 1000, &g) == EMC_OK, "join");
+    opt_of(0, &o);
+    batch_of(0, 1, ids, grads);
+    emc__tp_hook = kill_hook;
+    g_kill_armed = 1;
+    (void)emc_group_apply_gradients(g, c, ids, off, grads, &o, NULL);
+    _exit(5); /* not reached */
+  }
+  ck_assert_int_eq(waitpid(pid, &stt, 0), pid);
+  ck_assert(WIFSIGNALED(stt) && WTERMSIG(stt) == SIGKILL);
+  /* the writer: its lock finds the holder dead, finishes step 1, then writes a row step 1
+   * changed (the first dense id of its batch) */
+  {
+    uint64_t ids[NPOS];
+    float grads[ND * DIM0 + NH * DIM1];
+    batch_of(0, 1, ids, grads);
+    id = ids[0];
+  }
+  memset(row, 0, sizeof row);
+  row[0] = 0x42;
+  EMCT_OK(emc_store_write(s, 0, &id, 1, row));
+  EMCT_OK(emc_group_join(s, 0, 1, 1000, &g)); /* nothing left to finish */
+  EMCT_OK(emc_group_leave(g));
+  EMCT_OK(emc_store_read(s, 0, &id, 1, got));
+  ck_assert_int_eq(emct_first_diff(got, row, sizeof row), -1);
+  /* every other row is the reference after step 1 */
+  EMCT_OK(emc_store_create(TABLES, 2, &ref));
+  EMCT_OK(emc_store_fill_uniform(ref, 0, -1.0f, 1.0f, 11));
+  {
+    emc_cache_config cc;
+    emc_cache_config_init(&cc);
+    cc.backend = EMC_BACKEND_HOST;
+    cc.capacity_bytes = 8u << 10;
+    EMCT_OK(emc_cache_create(ref, &cc, &rc));
+  }
+  opt_of(0, &o);
+  for (k = 1; k <= 1; k++) ref_step(rc, k, &o, 1);
+  EMCT_OK(emc_cache_destroy(rc));
+  EMCT_OK(emc_store_write(ref, 0, &id, 1, row));
+  same_stores(s, ref, "a dead applier's step, then a write");
+  emc_store_destroy(ref);
+  emc_store_destroy(s);
+  EMCT_OK(emc_store_unlink(name));
+  munmap(g_ctl, sizeof *g_ctl);
+}
+END_TEST
+
 /* ================================================================= threads, bad input */
 typedef struct trank {
   emc_store *s;
@@ -481,6 +557,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, steps_equal_the_reference, 0, 4);
   tcase_add_loop_test(tc, a_rank_dies, 0, 2);
+  tcase_add_test(tc, the_next_writer_finishes_a_dead_appliers_step);
   tcase_add_test(tc, bad_joins_and_refused_steps);
   suite_add_tcase(su, tc);
   sr = srunner_create(su);

@@ -44,7 +44,9 @@ typedef struct emc__grp_rank {
   uint64_t contrib_bytes; /* its contribution: bytes of its staging segment, after the header */
   uint32_t refused;       /* a status: the rank refused its own batch of step `arrived` */
   uint32_t pad_;
-  uint64_t reserved_[4];
+  uint64_t start;         /* the process's start time (/proc/<pid>/stat): a reused pid is
+                             another process (lock) */
+  uint64_t reserved_[3];
 } emc__grp_rank;          /* 64 bytes */
 
 typedef struct emc__grp {
@@ -52,10 +54,11 @@ typedef struct emc__grp {
   uint32_t epoch;         /* advances each time a group forms (lock) */
   uint32_t joined;        /* ranks joined (lock) */
   uint32_t broken;        /* == epoch: a rank left, died or was late; every step now fails */
-  uint64_t claimed;       /* the step an applier claimed (CAS from done) */
+  uint64_t claimed;       /* step << 9 | tag: tag 1 + r, rank r claimed the step; 0x1ff, the
+                             group broke at it; 0, nobody yet (compare-and-swap only) */
   uint64_t done;          /* the last step finished, applied or refused (release) */
   uint32_t done_status;   /* its status (written before done) */
-  uint32_t claim_rank;    /* the rank that claimed `claimed` */
+  uint32_t pad2_;
   uint64_t apply_step;    /* the step whose new rows are staged (the commit point, release) */
   uint64_t apply_off, apply_rows, apply_bytes; /* where, in rank apply_rank's staging segment */
   uint32_t apply_rank, pad_;
@@ -63,6 +66,30 @@ typedef struct emc__grp {
   uint64_t reserved_[4];
   emc__grp_rank ranks[EMC__GROUP_MAX_RANKS];
 } emc__grp;
+
+/* stage.c: a staged step (lib/group.c stages it). Records: a table, an id, then f32
+ * gradients (a rank's contribution) or a whole row with its state (the new rows). */
+typedef struct emc__rec_hdr {
+  uint32_t table, pad_;
+  uint64_t id;
+} emc__rec_hdr;
+static inline size_t emc__rec_bytes(uint32_t payload) {
+  return sizeof(emc__rec_hdr) + ((payload + 7u) & ~(size_t)7u);
+}
+/* Rank r's staging segment name, "<store name>.g<r>". */
+EMC_INTERNAL void emc__stage_name(const emc_store *s, uint32_t rank, char *buf, size_t cap);
+/* Map rank r's staging segment read-only (unmap with munmap(*p, *bytes)); EMC_ECORRUPT when it
+ * is missing or shorter than `need`. */
+EMC_INTERNAL emc_status emc__stage_peer(const emc_store *s, uint32_t r, size_t need,
+                                        const unsigned char **p, size_t *bytes);
+/* Write n staged new rows at p[0 .. bytes) to the store, the lock held: announced, written,
+ * published. Records that do not fit `bytes` or name no table end it (EMC_ECORRUPT). */
+EMC_INTERNAL emc_status emc__stage_apply(emc_store *s, const unsigned char *p, size_t bytes,
+                                         uint64_t n);
+/* Step k finished with st: its detail, status, then done = k (release). */
+EMC_INTERNAL void emc__grp_finish(struct emc__grp *G, uint64_t k, emc_status st);
+/* The lock held: a step committed (apply_step > done) whose applier is gone, applied now. */
+EMC_INTERNAL void emc__grp_complete_pending(emc_store *s);
 
 struct emc__seg_hdr {
   char magic[8];

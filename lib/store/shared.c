@@ -533,6 +533,9 @@ static void seg_recover(emc_store *s) {
         emc__store_find(t, EMC_LD_RELAXED(&t->row_ids[c])) == (int64_t)c)
       EMC_ST_RELEASE(t->count, c + 1u);
   }
+  /* a training step its dead applier committed: finished before any other writer runs (a
+   * later write to one of its rows would otherwise be overwritten by its completion) */
+  emc__grp_complete_pending(s);
 }
 
 emc_status emc__store_lock(emc_store *s) {
