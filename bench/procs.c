@@ -43,6 +43,21 @@ const char *__tsan_default_options(void);
 const char *__tsan_default_options(void) { return "detect_deadlocks=0"; }
 #endif
 
+/* A sanitizer's shadow memory is resident memory of the process: the memory figures of such a
+ * build say little (the JSON line names the sanitizer). */
+#if defined(EMCB_TSAN)
+#define EMCB_SANITIZER "thread"
+#elif defined(__SANITIZE_ADDRESS__)
+#define EMCB_SANITIZER "address"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMCB_SANITIZER "address"
+#endif
+#endif
+#ifndef EMCB_SANITIZER
+#define EMCB_SANITIZER "none"
+#endif
+
 #define MAX_PROCS 64u
 
 typedef struct worker_out {
@@ -277,6 +292,7 @@ static void emit(const emcb_procs_cfg *c, const char *mode, const mode_result *r
   jl_init(&j);
   jl_str(&j, "record", "procs");
   jl_str(&j, "mode", mode);
+  jl_str(&j, "sanitizer", EMCB_SANITIZER);
   jl_u64(&j, "procs", c->procs);
   jl_u64(&j, "tables", c->n_tables);
   jl_u64(&j, "dim", c->dim);
