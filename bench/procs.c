@@ -7,7 +7,8 @@
  * barrier; the parent releases all workers at once and the machine's rate is every worker's
  * lookups over the wall time from the release to the last worker's end. Each measured batch
  * is drawn before its lookup (untimed inside the worker, but inside the machine's wall time:
- * the same for both modes). Every returned row is checked against emc_uniform_row. After the
+ * the same for both modes). One row per table of each measured batch is checked against
+ * emc_uniform_row. After the
  * measured batches a worker reads its own /proc/self/status and reports it; the parent waits
  * until every worker has reported before any exits, so the figures are of P live processes.
  */

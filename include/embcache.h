@@ -224,9 +224,9 @@ typedef struct emc_store emc_store;
 EMC_API emc_status emc_store_create(const emc_table_desc *tables, uint32_t n_tables,
                                     emc_store **out);
 
-/* Free a store. NULL is fine. The store must have no attached cache (destroy it first);
- * destroying a store with an attached cache is refused and leaks nothing but the call's
- * effect: the store stays alive and the detail says why. */
+/* Free a store. NULL is fine. The store must have no attached cache and no joined training
+ * group (destroy, leave them first); destroying a store with either is refused and leaks
+ * nothing but the call's effect: the store stays alive and the detail says why. */
 EMC_API void emc_store_destroy(emc_store *s);
 
 /* Number of tables; 0 for NULL. */
@@ -251,8 +251,8 @@ EMC_API emc_status emc_uniform_row(uint64_t seed, uint32_t table, uint64_t id, f
 /* Fill table `table` with emc_uniform_row(seed, table, id, lo, hi, ...) for every dense
  * id in [0, rows), or for every id already present in a hashed table.
  * Errors: EMC_EINVAL (NULL, bad bounds), EMC_ERANGE (table), EMC_EUNSUPPORTED (a cache
- * is attached to this private store), EMC_ENOMEM (a row buffer), EMC_ECORRUPT (a shared store whose lock was
- * written over). Blocking. */
+ * is attached to this private store), EMC_ENOMEM (a row buffer), EMC_ECORRUPT (a shared store
+ * whose lock, or hashed count, was written over: nothing written). Blocking. */
 EMC_API emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float hi,
                                           uint64_t seed);
 
@@ -319,8 +319,8 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
  * serve one shared store. Their writes (emc_insert, emc_apply_gradients) go through to the
  * shared rows before the call returns (rows are never dirty; emc_flush has nothing to do),
  * under the segment's lock, held for the whole call. The segment keeps an update log (the
- * keys each write changed, and a sequence number): every call of a cache first reads the
- * sequence (one atomic load) and drops, or refreshes when pinned by emc_prefetch, its copies
+ * keys each write changed, and a sequence number): every emc_lookup, emc_lookup_ex,
+ * emc_insert, emc_apply_gradients and emc_prefetch of a cache first reads the sequence (one atomic load) and drops, or refreshes when pinned by emc_prefetch, its copies
  * of rows written since; a cache that fell further behind than the log holds (the store's
  * rows rounded up to a power of two, 1024 to 32768 entries) drops every row of the tables
  * written meanwhile. So a lookup in any process never returns a row older than a
@@ -505,7 +505,8 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
                                  void *out, uint8_t *where, void *stream);
 
 /* Insert (update) rows: each row becomes the value of its id in the cache, marked dirty, and
- * is written back to the store on eviction, emc_flush or emc_cache_destroy. Within one call
+ * is written back to the store on eviction, emc_flush or emc_cache_destroy (over a shared
+ * store: written through to the store before the call returns, and clean). Within one call
  * the last of duplicate ids wins. A row that cannot get a slot is written through to the
  * store. Hashed ids new to the store reserve a store row here.
  * Host backend: host pointers, stream NULL. rows: emc_batch_bytes bytes. Blocking.
@@ -592,7 +593,8 @@ EMC_API emc_status emc_cache_global_key(const emc_cache *c, uint32_t table, uint
 /* ------------------------------------------------------------------ training
  * A trainer's step: emc_prefetch(batch i+1) (on a side stream), emc_lookup(batch i),
  * forward/backward, emc_apply_gradients(batch i). Rows stay in the cache, updated and dirty,
- * and reach the store on eviction, emc_flush or emc_cache_destroy. All three calls, with
+ * and reach the store on eviction, emc_flush or emc_cache_destroy (over a shared store they
+ * are written through at once, and stay clean). All three calls, with
  * emc_dedup, may be called concurrently with lookups from any thread. */
 
 typedef enum emc_optimizer_kind {
@@ -653,7 +655,8 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
 EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 void *stream);
 
-/* Apply one optimizer step to the rows of a batch inside the cache, where they stay dirty.
+/* Apply one optimizer step to the rows of a batch inside the cache, where they stay dirty
+ * (over a shared store: written through to the store as well, and clean).
  *   grads: packed like emc_lookup's out, but always f32: table t's positions hold (n_t, dim)
  *          floats, whatever the table's dtype. Same memory space rules as out.
  * For each distinct (table, id) of the batch: g = the gradients of its positions summed in
@@ -711,7 +714,8 @@ EMC_API emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *
 
 /* The optimizer state of n rows of a table (EMC_STATE_ADAGRAD: one float per row, the stored
  * sum of mean squared gradients) into out (n floats). A hashed id that is absent reads 0. With
- * an attached cache the store may be behind the cache: emc_flush first.
+ * a cache attached to a private store the store may be behind the cache: emc_flush first (a
+ * shared store always holds its caches' writes).
  * Errors: EMC_EINVAL (NULL with n > 0, a table without state), EMC_ERANGE (table, dense id >=
  * rows). Blocking; out is untouched on failure. */
 EMC_API emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64_t *ids,
@@ -767,7 +771,8 @@ EMC_API emc_status emc_group_join(emc_store *s, uint32_t rank, uint32_t n_ranks,
  * emc_apply_gradients, or its cache serves another emc_store: this rank returns its own
  * reason and the step is refused for every rank, the others getting the same status naming
  * the rank; ranks with different optimizers; Adagrad on a table without state), EMC_ERANGE
- * (likewise, a dense id >= rows; the step's new hashed ids exceed a table's free capacity), EMC_ENOMEM, EMC_ETIMEDOUT (above),
+ * (likewise, a dense id >= rows; the step's new hashed ids exceed a table's free capacity),
+ * EMC_EIO (a staging segment cannot be grown or mapped), EMC_ENOMEM, EMC_ETIMEDOUT (above),
  * EMC_ECORRUPT (shared memory written over). A refused step changes nothing, for any rank. */
 EMC_API emc_status emc_group_apply_gradients(emc_group *g, emc_cache *c, const uint64_t *ids,
                                              const uint64_t *offsets, const void *grads,

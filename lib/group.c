@@ -11,7 +11,7 @@
  *                  optimizer beside them, then arrived = k (release); a rank whose own batch
  *                  is bad arrives too, with the status, so the step is refused for everyone;
  *   2. claim       the first rank that sees every rank arrived claims the step (CAS on
- *                  `claimed`, k - 1 -> k) and takes the store's lock;
+ *                  the claim word: the step and its claimer) and takes the store's lock;
  *   3. stage       the claimer merges the records in increasing rank order (G = sum of g_r;
  *                  EMC_MERGE_MEAN: divided by the number of ranks in which the row occurred),
  *                  checks the step (optimizers equal, Adagrad state, hashed capacity), steps
@@ -25,7 +25,7 @@
  * store as it was (the step is lost: the others return EMC_ETIMEDOUT), and one that dies after
  * it leaves the step to whoever next sees it dead (a waiting rank) or next joins: they apply
  * the staged rows again under the lock. The store is always the state after a whole number
- * of steps. Waiting ranks poll (yield, then sleeps up to 1 ms) and check every rank's process
+ * of steps. Waiting ranks poll (yield, then sleeps of about 1 ms at most) and check every rank's process
  * every 10 ms: a rank that left, died or did not arrive within timeout_ms breaks the group
  * (broken = epoch): every step then returns EMC_ETIMEDOUT until all ranks have left and a new
  * group forms (a new epoch).

@@ -13,7 +13,8 @@
  *   sync_host.c   a shared store's update log applied: the copies other writers outdated go
  *
  * Concurrency: one writer lock (`lock`) serializes every change; lookups take no lock and read
- * by the protocol of lib/emc_item.h ("index").
+ * by the protocol of lib/emc_item.h ("index"), except that over a shared store a lookup that
+ * finds rows written elsewhere takes the lock to drop its copies (sync_host.c).
  */
 #ifndef EMC_HOST_CACHE_H
 #define EMC_HOST_CACHE_H

@@ -1,7 +1,8 @@
 /*
  * sync_host.c: a host cache over a shared store keeps no copy older than a write another
  * cache or process completed (issue 20). The store's update log (lib/store/seg_log.c) says
- * which rows were written; each call of the cache first applies the entries published since
+ * which rows were written; each lookup, insert, apply and prefetch of the cache first applies
+ * the entries published since
  * it last looked (log_seen), under the writer lock:
  *   - a pool copy of a written row is evicted (it is clean: every write over a shared store
  *     goes through to the store at once), or, pinned by a live emc_prefetch, refreshed in

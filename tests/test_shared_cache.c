@@ -7,8 +7,8 @@
  *                 write longer than the log (the wrapped path); a row pinned by emc_prefetch
  *                 is refreshed in place (still a hit); rows are never dirty; a store with a
  *                 cache is not destroyed; a CUDA cache over a shared store is refused
- *   written over  another process's scribbles: a hashed count past its rows (inserts and steps
- *                 return EMC_ECORRUPT, no other row changes), a version left odd (a writing call
+ *   written over  another process's scribbles: a hashed count past its rows (inserts, steps,
+ *                 writes and refills return EMC_ECORRUPT, no other row changes), a version left odd (a writing call
  *                 repairs it instead of waiting for ever), a log counter thrown far ahead (the
  *                 next writes still reach every cache)
  *   processes     four processes with small host caches (constant eviction; inline and
@@ -340,6 +340,7 @@ START_TEST(scribbles_of_another_process) {
   memset(grad, 0, sizeof grad);
   EMCT_ST(emc_apply_gradients(a, &id, off, grad, &o, NULL), EMC_ECORRUPT);
   EMCT_ST(emc_store_write(s, 1, &id, 1, row), EMC_ECORRUPT);
+  EMCT_ST(emc_store_fill_uniform(s, 1, -1.0f, 1.0f, 3), EMC_ECORRUPT);
   id = DROWS - 1;
   EMCT_OK(emc_store_read(s, 0, &id, 1, after));
   ck_assert_int_eq(emct_first_diff(before, after, sizeof before), -1);

@@ -27,8 +27,9 @@
  * reader never waits for a dead process.
  *
  * Caches over a shared store write through and keep their copies fresh by the segment's
- * update log (seg_log.c, lib/sync_host.c). Not yet here (issue 20, later parts): CUDA caches
- * over a shared store, the training group.
+ * update log (seg_log.c, lib/sync_host.c); the segment also holds the training group's block
+ * (lib/group.c), and seg_recover finishes a step a dead applier committed (stage.c). Not yet
+ * here: CUDA caches over a shared store.
  */
 #define _GNU_SOURCE 1
 #include <errno.h>

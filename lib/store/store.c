@@ -473,6 +473,12 @@ emc_status emc_store_fill_uniform(emc_store *s, uint32_t table, float lo, float 
     }
   }
   n = t->kind == EMC_TABLE_DENSE ? t->rows : EMC_LD_RELAXED(t->count);
+  if (n > t->rows) { /* a shared segment's count written over */
+    emc_status st = emc__check_room(t, table, 0);
+    emc__store_unlock(s);
+    free(buf);
+    return st;
+  }
   emc__log_table(s, table); /* a shared store's caches drop the table */
   for (r = 0; r < n; r++) {
     uint64_t id = t->kind == EMC_TABLE_DENSE ? r : t->row_ids[r];
