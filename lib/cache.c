@@ -371,7 +371,6 @@ emc_status emc__check_apply(const emc_cache *c, const uint64_t *ids, const uint6
 
 emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                const void *grads, const emc_optimizer *opt, void *stream) {
-  uint64_t total;
   if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
   EMC_TRY(check_optimizer(opt));
   if (IS_CUDA(c)) { /* offsets may be device memory: every table must keep state */
@@ -379,12 +378,7 @@ emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t
     return emc__cuda_apply(c, ids, offsets, grads, opt, stream);
   }
   (void)stream;
-  EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
-  EMC_TRY(check_positions(c, offsets));
-  EMC_TRY(check_state(c, opt, offsets));
-  total = offsets[c->store->n_tables];
-  if (total > 0 && !grads)
-    return EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)total);
+  EMC_TRY(emc__check_apply(c, ids, offsets, grads, opt));
   return host_shared_call(c, CALL_APPLY, ids, offsets, NULL, grads, opt);
 }
 

@@ -29,10 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(EMCT_TSAN)
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void) { return "detect_deadlocks=0"; }
-#endif
+EMCT_SHARED_LOCK_TSAN_OPTIONS
 
 #define RANKS 4u
 #define DROWS 512u
@@ -172,15 +169,6 @@ static void same_stores(const emc_store *a, const emc_store *b, const char *what
   }
 }
 
-#define CHILD_CHECK(cond, ...)                                                                   \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "rank process %d: ", (int)getpid());                                     \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fprintf(stderr, " (%s)\n", emc_last_error_detail());                                     \
-      _exit(1);                                                                                \
-    }                                                                                          \
-  } while (0)
 
 typedef struct ctl {
   uint32_t killed;   /* the kill hook fired (once, in one process) */
@@ -280,7 +268,8 @@ static emc_store *run_ranks(int cfg, uint64_t steps, int mode, uint64_t at, cons
   return s;
 }
 
-static emc_store *reference(int cfg, uint64_t steps, emc_cache **rc) {
+/* The reference store after `steps` steps of n_ranks ranks (its cache in *rc, flushed). */
+static emc_store *reference(int cfg, uint64_t steps, uint32_t n_ranks, emc_cache **rc) {
   emc_store *ref = NULL;
   emc_cache_config cc;
   emc_optimizer o;
@@ -292,7 +281,7 @@ static emc_store *reference(int cfg, uint64_t steps, emc_cache **rc) {
   cc.capacity_bytes = 8u << 10;
   EMCT_OK(emc_cache_create(ref, &cc, rc));
   opt_of(cfg, &o);
-  for (k = 1; k <= steps; k++) ref_step(*rc, k, &o, RANKS);
+  for (k = 1; k <= steps; k++) ref_step(*rc, k, &o, n_ranks);
   EMCT_OK(emc_flush(*rc, NULL));
   return ref;
 }
@@ -310,7 +299,7 @@ START_TEST(steps_equal_the_reference) {
   for (r = 0; r < RANKS; r++)
     ck_assert_msg(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0,
                   "configuration %d: rank %u failed (status %d)", _i, r, status[r]);
-  ref = reference(_i, steps, &rc);
+  ref = reference(_i, steps, RANKS, &rc);
   same_stores(s, ref, "after the last step");
   EMCT_OK(emc_cache_destroy(rc));
   emc_store_destroy(ref);
@@ -346,7 +335,7 @@ START_TEST(a_rank_dies) {
     ck_assert_uint_eq(g_ctl->ok[r], whole);
   }
   ck_assert_uint_eq(_i == 0 ? 1 : g_ctl->killed, 1);
-  ref = reference(3, whole, &rc);
+  ref = reference(3, whole, RANKS, &rc);
   same_stores(s, ref, _i == 0 ? "a rank died before step 40" : "the applier of step 40 died");
   EMCT_OK(emc_cache_destroy(rc));
   emc_store_destroy(ref);
@@ -367,7 +356,7 @@ START_TEST(the_next_writer_finishes_a_dead_appliers_step) {
   emc_group *g = NULL;
   pid_t pid;
   int stt = 0;
-  uint64_t id, k;
+  uint64_t id;
   unsigned char row[DIM0 * 4], got[DIM0 * 4];
   g_ctl = mmap(NULL, sizeof *g_ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   memset(g_ctl, 0, sizeof *g_ctl);
@@ -411,17 +400,7 @@ START_TEST(the_next_writer_finishes_a_dead_appliers_step) {
   EMCT_OK(emc_store_read(s, 0, &id, 1, got));
   ck_assert_int_eq(emct_first_diff(got, row, sizeof row), -1);
   /* every other row is the reference after step 1 */
-  EMCT_OK(emc_store_create(TABLES, 2, &ref));
-  EMCT_OK(emc_store_fill_uniform(ref, 0, -1.0f, 1.0f, 11));
-  {
-    emc_cache_config cc;
-    emc_cache_config_init(&cc);
-    cc.backend = EMC_BACKEND_HOST;
-    cc.capacity_bytes = 8u << 10;
-    EMCT_OK(emc_cache_create(ref, &cc, &rc));
-  }
-  opt_of(0, &o);
-  for (k = 1; k <= 1; k++) ref_step(rc, k, &o, 1);
+  ref = reference(0, 1, 1, &rc);
   EMCT_OK(emc_cache_destroy(rc));
   EMCT_OK(emc_store_write(ref, 0, &id, 1, row));
   same_stores(s, ref, "a dead applier's step, then a write");

@@ -31,13 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(EMCT_TSAN)
-/* The store's lock is a robust mutex in shared memory taken by other processes: TSan's
- * deadlock detector, which models one process, overflows its per-thread list of held locks
- * (tests/test_store_shared.c). Races are still detected. */
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void) { return "detect_deadlocks=0"; }
-#endif
+EMCT_SHARED_LOCK_TSAN_OPTIONS
 
 #define DROWS 1024u  /* dense ranks */
 #define HCAP 1024u   /* hashed capacity */
@@ -382,15 +376,6 @@ typedef struct ctl {
   uint32_t ready;          /* readers attached */
 } ctl;
 
-#define CHILD_CHECK(cond, ...)                                                                   \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "child %d: ", (int)getpid());                                            \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fprintf(stderr, " (%s)\n", emc_last_error_detail());                                     \
-      _exit(1);                                                                                \
-    }                                                                                          \
-  } while (0)
 
 #define BATCH 256u
 

@@ -32,14 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(EMCT_TSAN)
-/* The writers' lock is a robust mutex in shared memory, taken by other processes (one of
- * them killed while holding it): TSan models one process, and its deadlock detector's
- * per-thread list of held locks overflows here (a CHECK failure, not a report) though every
- * lock is released (a leaked one would hang the next writer). Races are still detected. */
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void) { return "detect_deadlocks=0"; }
-#endif
+EMCT_SHARED_LOCK_TSAN_OPTIONS
 
 #define DENSE_ROWS 512u
 #define HASHED_CAP 600u
@@ -109,16 +102,6 @@ static int wait_child(pid_t pid) {
   return WIFEXITED(stt) ? WEXITSTATUS(stt) : 128 + (WIFSIGNALED(stt) ? WTERMSIG(stt) : 0);
 }
 
-/* In a child: check or die with a message (ck_assert in a forked grandchild is not seen). */
-#define CHILD_CHECK(cond, ...)                                                                   \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "child %d: ", (int)getpid());                                            \
-      fprintf(stderr, __VA_ARGS__);                                                            \
-      fprintf(stderr, " (%s)\n", emc_last_error_detail());                                     \
-      _exit(1);                                                                                \
-    }                                                                                          \
-  } while (0)
 
 /* ------------------------------------------------------------------ processes */
 START_TEST(processes_share_rows) {

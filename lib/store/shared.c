@@ -522,9 +522,7 @@ static void seg_recover(emc_store *s) {
     EMC_FENCE_RELEASE();
     EMC_ST_RELAXED(&h->undo_valid, 0u);
   }
-  for (i = 0; i < EMC__STORE_STRIPES; i++) /* readers wait on odd versions */
-    if (EMC_LD_RELAXED(&s->stripes[i]) & 1u)
-      EMC_ST_RELEASE(&s->stripes[i], EMC_LD_RELAXED(&s->stripes[i]) + 1u);
+  emc__seg_even_stripes(s); /* readers wait on odd versions */
   /* what the dead writer announced may have changed: published now (seg_log.c) */
   emc__log_publish(s);
   for (i = 0; i < s->n_tables; i++) { /* an id published in the map but not counted */
