@@ -165,7 +165,8 @@ static size_t carve(emc__scratch *S, unsigned char *mem, uint64_t n, size_t byte
   TAKE(S->stage_ids, uint64_t *, n * 8);
   TAKE(S->stage_out, unsigned char *, bytes);
   TAKE(S->stage_where, uint8_t *, n);
-  TAKE(C->srows, uint64_t *, n * 8);
+  TAKE(C->srows, uint64_t *, n * 16); /* update calls: n; a shared lookup's torn rows: 2 n */
+  TAKE(C->torn_n, uint32_t *, 4);
   /* training calls (train.cu) */
   TAKE(C->status, uint32_t *, 8 + 4 * 8);
   C->n_runs = C->status ? C->status + 1 : NULL;
@@ -614,7 +615,8 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
                   c->cfg.capacity_bytes, need_b, c->cfg.device, free_b, total_b);
     goto out;
   }
-  if ((st = register_store(k, s)) != EMC_OK) goto out;
+  /* a shared store: its whole segment, registered once for the process's CUDA caches */
+  if ((st = s->seg ? emc__cuda_shared_register(k, c->store) : register_store(k, s)) != EMC_OK) goto out;
   for (t = 0; t < n; t++) {
     const emc__table *tb = &s->tables[t];
     dtab *d = &k->tabs_host[t];
@@ -744,6 +746,7 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   if (k->mirror_host) cudaFreeHost(k->mirror_host);
   if (k->offs_host) cudaFreeHost(k->offs_host);
   for (i = 0; i < k->n_regs; i++) cudaHostUnregister((void *)k->regs[i].lo);
+  emc__cuda_shared_unregister(k, c->store);
   free(k->regs);
   if (k->writer) cudaStreamDestroy(k->writer);
   if (k->priv) cudaStreamDestroy(k->priv);
@@ -868,6 +871,8 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   emc__scratch *S = NULL;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   cudaError_t e = cudaSuccess;
+  /* a shared store: the copies the log names refreshed first (sync.cu) */
+  if (k->shared && (status = emc__cuda_shared_sync(c)) != EMC_OK) return status;
   if ((status = emc__cuda_enter(k)) != EMC_OK) return status;
   if ((status = emc__cuda_batch_args(c, ids, offsets, out, "out", st, &offs, &n, &bytes)) != EMC_OK || n == 0)
     goto done;
@@ -886,6 +891,11 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
     goto done;
   }
   capturing = cs == cudaStreamCaptureStatusActive;
+  if (capturing && k->shared) {
+    status = EMC_FAIL(EMC_EUNSUPPORTED, "a lookup over a shared store cannot be captured: a graph "
+                      "replayed later would not look at the store's update log");
+    goto done;
+  }
   /* a graph cannot hold a copy to or from pageable memory, nor the wait this call would make
    * for one (that wait used to invalidate the caller's capture: defect 8) */
   if (capturing && (!ids_dev || !out_dev || (where && !where_dev))) {
@@ -904,10 +914,18 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   if (where) where_d = where_dev ? where : S->stage_where;
   wait |= !out_dev || (where && !where_dev);
   emc__cuda_prof_mark(k, PROF_LOOKUP, 0, st);
+  if (k->shared && (e = cudaMemsetAsync(S->C.torn_n, 0, 4, st)) != cudaSuccess) goto cuda;
   if ((e = emc__cu_lookup(k, &S->C, S->tiles_d, S->pinned, ids_d, offs, out_d, where_d, n,
                           k->sm_count, st)) != cudaSuccess)
     goto cuda;
   emc__cuda_prof_mark(k, PROF_LOOKUP, 1, st);
+  if (k->shared) { /* rows a host writer kept changing: read again on the host (sync.cu) */
+    if ((e = emc__cuda_wait_stream(k, st)) != cudaSuccess) goto cuda;
+    if ((status = emc__cuda_shared_fix(c, S, offs, out_d)) != EMC_OK) {
+      emc__cuda_slot_failed(k, S, st);
+      goto done;
+    }
+  }
   /* the writer call that admits the misses: on the writer stream, after this lookup */
   if (capturing) { /* the caller's graph runs the writer call too, as a section of its own */
     if ((e = emc__cuda_section_open(k, st, 1)) != cudaSuccess) goto cuda;
@@ -989,8 +1007,9 @@ static emc_status flush_reports(emc_cache *c) {
   bad = mirror[0];
   errs = mirror[1];
   shortfall = mirror[2];
-  for (t = 0; t < k->n_tables; t++) /* hashed ids the device added to the store */
-    if (c->store->tables[t].kind == EMC_TABLE_HASHED &&
+  for (t = 0; t < k->n_tables; t++) /* hashed ids the device added to the store (never to a
+                                        shared one: its writes run on the host, sync.cu) */
+    if (!k->shared && c->store->tables[t].kind == EMC_TABLE_HASHED &&
         ts[t].store_count > EMC_LD_ACQUIRE(c->store->tables[t].count))
       EMC_ST_RELEASE(c->store->tables[t].count, (uint64_t)ts[t].store_count);
   free(ts);
@@ -1117,7 +1136,7 @@ extern "C" emc_status emc__cuda_stats(const emc_cache *c, emc_stats *o) {
   o->pinned_rows = g.pinned_rows;
   o->pinned_bytes = g.pinned_bytes;
   o->pin_shortfall = g.pin_shortfall;
-  o->gradient_rows = g.grad_rows;
+  o->gradient_rows = g.grad_rows + __atomic_load_n(&k->n_grad_rows_host, __ATOMIC_RELAXED);
   o->host_syncs = __atomic_load_n(&k->n_host_syncs, __ATOMIC_RELAXED);
   {
     uint64_t rc = 0;

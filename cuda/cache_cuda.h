@@ -104,6 +104,12 @@ struct emc__cuda_cache {
   cudaEvent_t pev[2 * PROF_N];
   double pacc[PROF_N];
   uint64_t pcalls;
+  /* a shared store (cuda/sync.cu) */
+  int shared;               /* the store is shared: the log, torn rows, writes on the host */
+  int shared_reg;           /* counted in the store's cuda_regs */
+  uint64_t log_seen;        /* the log's entries applied (atomic: read without k->lock) */
+  void *sync_ents;          /* mapped: the entries a refresh applies (log_cap) */
+  uint64_t n_grad_rows_host;/* rows stepped on the host (stats.grad_rows) */
   int ok;                   /* every device resource was made */
   int unclosed;             /* a section's k_wr_end failed to enqueue (section_end) */
 };
@@ -173,5 +179,16 @@ cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream
 /* emc_flush's detail for a refused training call (reason codes of train.cu). */
 void emc__cuda_refusal_text(char *buf, size_t cap, uint32_t code, uint32_t why, uint32_t table,
                             unsigned long long a, unsigned long long b);
+
+/* ---------------------------------------------------------------- a shared store (sync.cu) */
+/* Register the segment (once per store in a process) and set the cache up for its log. */
+emc_status emc__cuda_shared_register(emc__cuda_cache *k, emc_store *s);
+void emc__cuda_shared_unregister(emc__cuda_cache *k, emc_store *s);
+/* The store's lock and k->lock held: refresh the copies the log's new entries name. */
+emc_status emc__cuda_shared_sync_locked(emc_cache *c);
+/* After a lookup kernel over a shared store (waited for): the rows it left to the host, read
+ * again into out_d and the staging copy. Caller holds k->lock. */
+emc_status emc__cuda_shared_fix(emc_cache *c, emc__scratch *S, const uint64_t *offs,
+                                unsigned char *out_d);
 
 #endif /* EMC_CACHE_CUDA_H */

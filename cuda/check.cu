@@ -135,7 +135,9 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
       const emc__table *tb = &c->store->tables[t];
       uint64_t r = loc & EMC__LOC_MAX;
       host_entries++;
-      CHK(tb->kind == EMC_TABLE_HASHED && r < ts[t].store_count && !(l & EMC__LM_DIRTY) &&
+      /* (a shared store's count is the segment's: other processes add ids) */
+      uint64_t held = k->shared ? EMC_LD_ACQUIRE(tb->count) : ts[t].store_count;
+      CHK(tb->kind == EMC_TABLE_HASHED && r < held && !(l & EMC__LM_DIRTY) &&
               !(l & EMC__LM_PINS) &&
               key == emc__global_key(&c->codec.tables[t], tb->row_ids[r], c->codec.hash_seed),
           "unified entry of table %u at slot %llu points at a wrong row", t, (unsigned long long)i);
@@ -257,7 +259,8 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
     const emc__table *tb = &c->store->tables[t];
     uint64_t nwords, used_slots = 0, r, cnt = ts[t].store_count;
     uint32_t *claim;
-    if (tb->kind != EMC_TABLE_HASHED) continue;
+    /* (over a shared store the device adds no ids: its claim bits are not kept) */
+    if (tb->kind != EMC_TABLE_HASHED || k->shared) continue;
     nwords = tb->map_cap / 32 + 1;
     claim = (uint32_t *)malloc(nwords * 4);
     if (!claim) {

@@ -131,6 +131,8 @@ typedef struct dview {
   uint64_t *ring_keys;          /* prefetch pins: n_lists lists of ring_cap keys */
   uint32_t *ring_n;             /* n_lists lengths */
   uint32_t n_lists, ring_cap;   /* prefetch_depth + 1; keys a list holds */
+  const uint32_t *stripes;      /* a shared store: device alias of the segment's row versions
+                                   (host writers of any process); NULL for a private store */
 } dview;
 
 /* ---------------------------------------------------------------- per-call scratch
@@ -188,6 +190,10 @@ typedef struct dcall {
                                    rows (insert, bytes) or gradients (apply, floats) */
   void *cub_tmp;                /* CUB's temporary storage */
   size_t cub_bytes;
+  /* a lookup over a shared store: store rows a host writer kept changing (the device never
+   * waits for the host): their count, positions (slot_of) and store rows (srows); the host
+   * reads them again (cuda/sync.cu) */
+  uint32_t *torn_n;
 } dcall;
 
 /* ---------------------------------------------------------------- allocations
@@ -258,6 +264,8 @@ __device__ __forceinline__ void st_rlx(uint16_t *p, uint16_t v) { emcsim::st(p, 
 __device__ __forceinline__ void st_rlx(uint32_t *p, uint32_t v) { emcsim::st(p, v, __ATOMIC_RELAXED, "st.relaxed.gpu.u32"); }
 __device__ __forceinline__ void st_rlx(uint64_t *p, uint64_t v) { emcsim::st(p, v, __ATOMIC_RELAXED, "st.relaxed.gpu.u64"); }
 __device__ __forceinline__ void fence_acq_rel() { emcsim::fence_op(__ATOMIC_ACQ_REL); }
+__device__ __forceinline__ uint32_t ld_sys(const uint32_t *p) { return emcsim::ld(p, __ATOMIC_RELAXED, "ld.relaxed.sys.u32"); }
+__device__ __forceinline__ void fence_sys() { emcsim::fence_op(__ATOMIC_ACQ_REL); }
 /* a vector load is several single-copy-atomic words, on the device as here */
 template <unsigned N> __device__ __forceinline__ void ld_words(uint32_t *w, const void *p, const char *what) {
   emcsim::mem_op(p, 4 * N, 0, what);
@@ -303,6 +311,14 @@ __device__ __forceinline__ void st_rlx(uint64_t *p, uint64_t v) {
 /* The reader protocol's fences: the only fences of the lookup kernel (two, amortised over a
  * tile of rows). */
 __device__ __forceinline__ void fence_acq_rel() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+/* A shared store's row versions are written by host threads of any process: read at system
+ * scope, and the tile's fences taken at system scope (lookup.cu, shared stores only). */
+__device__ __forceinline__ uint32_t ld_sys(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 /* Row units: strong relaxed loads of 16, 8, 4 or 2 bytes (rows may be rewritten under the
  * copy; a validated copy is one the writer did not touch). */

@@ -29,6 +29,20 @@ emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *of
                            uint64_t *unique_ids, uint64_t *unique_offsets, uint32_t *inverse,
                            void *stream);
 emc_status emc__cuda_stats(const emc_cache *c, emc_stats *out);
+/* A CUDA cache over a shared store (cuda/sync.cu). sync: refresh the copies the store's update
+ * log names (takes the store's lock when there are any); sync_held: the same, the caller holding
+ * the store's lock. refuse_capture: EMC_EUNSUPPORTED on a stream being captured. args: host
+ * copies of a batch (offsets validated; buf: rows, or f32 gradients when grads), after the
+ * caller's stream; the caller frees them. quiesce: wait for the cache's writer stream.
+ * count_host_writes: stats of writes run on the host. */
+emc_status emc__cuda_shared_sync(emc_cache *c);
+emc_status emc__cuda_shared_sync_held(emc_cache *c);
+emc_status emc__cuda_shared_refuse_capture(emc_cache *c, void *stream);
+emc_status emc__cuda_shared_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                 const void *buf, int grads, void *stream, uint64_t **hids,
+                                 uint64_t **hoffs, void **hbuf);
+emc_status emc__cuda_quiesce(emc_cache *c);
+void emc__cuda_count_host_writes(emc_cache *c, uint64_t inserts, uint64_t grad_rows);
 /* White-box check of a CUDA cache's device structures (tests): EMC_OK or EMC_ECORRUPT with a
  * detail. Waits for the device. */
 emc_status emc__cuda_check(emc_cache *c);

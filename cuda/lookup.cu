@@ -21,7 +21,10 @@
  *   validate the owner lane re-reads lm (hits and unified entries: nothing is decided, not
  *            even "another id's entry", before key and lm are known unchanged), the re-pack
  *            epoch (misses), the write-back cell of the key (store rows), the map or row id
- *            (hashed); a row that fails is probed and copied again. Hits stamp their entry
+ *            (hashed), and over a shared store the row's stripe version (system scope: host
+ *            writers of any process); a row that fails is probed and copied again, but a
+ *            shared store's row whose version moved EMC_TORN_TRIES times is left to the host
+ *            (cuda/sync.cu: the device never waits for a host writer). Hits stamp their entry
  *            with the device clock.
  * Duplicates are probed independently; only misses are deduplicated. Two fences per tile are
  * the kernel's only fences; the protocol and why they suffice: lib/emc_item.h, "index".
@@ -34,6 +37,7 @@ enum { K_HIT = 1, K_UNI = 2, K_MISS = 3, K_ABSENT = 4, K_BAD = 5, K_BUSY = 6 };
 #define F_STAGE 1u    /* first occurrence of a miss: also to staging (kept across retries) */
 #define F_NOCACHE 2u  /* the key belongs to another id: straight to the store, never admitted */
 #define F_FROMIX 4u   /* a miss judged from an index probe: trust it only if the epoch held */
+#define EMC_TORN_TRIES 8u /* attempts at a shared store's row a host writer holds */
 
 /* Row shape of a table in the kernel: unit bytes u, lanes per row G, rows per pass P, passes K.
  * Shared with the launcher's tiling (rows per tile R = P * K, 1 for rows over 32 units). */
@@ -164,6 +168,8 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
   rowgeo g = row_geo(4, 16);
   unsigned char *dst0 = NULL, *stg0 = NULL;
   uint32_t e_cur = 0, wb1 = 0, backoff = 0;
+  uint32_t sv1 = 0, tries = 0; /* a shared store: the row's version, attempts it moved */
+  uint64_t srow = 0;           /* the store row a miss or unified entry copies */
   int have = 0, first_trip = 1;
 
   if (threadIdx.x < 6) s_cnt[threadIdx.x] = 0;
@@ -215,6 +221,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
             aux = loc & EMC__LOC_MAX;
             if (tb->kind == EMC_TABLE_HASHED && aux < tb->code.rows) {
               kind = K_UNI;
+              srow = aux;
               src = tb->base + aux * tb->stride;
             } else {
               kind = K_BUSY; /* a stale word: look again */
@@ -241,6 +248,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         }
         if (kind == K_MISS) { /* the store row: dense by address, hashed through the map */
           if (tb->kind == EMC_TABLE_DENSE) {
+            srow = id;
             src = tb->base + id * tb->stride;
           } else {
             /* the map, relaxed (its ids are re-checked after the copy): slot i holds id */
@@ -252,6 +260,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
               if (ld_rlx(&tb->map_ids[i]) == id) {
                 kind = K_MISS;
                 aux = i;
+                srow = rp - 1u;
                 src = tb->base + (rp - 1u) * tb->stride;
                 break;
               }
@@ -259,6 +268,10 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
             }
           }
         }
+        /* a shared store's row: its version too (host writers of any process, lib/store):
+         * odd or moved after the copy, the copy is torn */
+        if (V.stripes && (kind == K_UNI || kind == K_MISS))
+          sv1 = ld_sys(&V.stripes[emc__store_stripe(t, srow)]);
         /* record the miss (first occurrence: rank in the table, staged copy); a row read
          * through a unified-index entry is a miss to admit too, as on the host (admission
          * skips it when the entry turns out to be another id's) */
@@ -274,7 +287,10 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
         }
       }
     }
-    fence_acq_rel(); /* 1: the entry words (and epochs) before the rows */
+    /* 1: the entry words (and epochs) before the rows; at system scope over a shared store,
+     * whose row versions host threads write */
+    if (V.stripes) fence_sys();
+    else fence_acq_rel();
     /* ------------------------------------------------ copy */
     if (have) {
       uint32_t kf = (kind << 8) | (fl & F_STAGE);
@@ -299,7 +315,9 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
     }
     {
       uint32_t e_next = ld_rlx(V.ix.epoch);
-      fence_acq_rel(); /* 2: the rows before the re-checks; the epoch before the next probe */
+      /* 2: the rows before the re-checks; the epoch before the next probe */
+      if (V.stripes) fence_sys();
+      else fence_acq_rel();
       /* ---------------------------------------------- validate */
       if (have && lane < nrows && !done) {
         int ok = 1;
@@ -320,6 +338,19 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
           if (fl & F_FROMIX) ok = !(e_cur & 1u) && ld_rlx(V.ix.epoch) == e_cur;
           if (ok && kind == K_MISS) ok = ld_rlx(&V.wb_cells[wb_cell(key)]) == wb1;
           if (ok && kind == K_MISS && tb->kind != EMC_TABLE_DENSE) ok = ld_rlx(&tb->map_ids[aux]) == id;
+        }
+        if (ok && V.stripes && (kind == K_UNI || kind == K_MISS) &&
+            ((sv1 & 1u) || ld_sys(&V.stripes[emc__store_stripe(t, srow)]) != sv1)) {
+          /* a host writer (another process, perhaps one that died mid-write) has the row: the
+           * device never waits for the host, so after a few attempts the position is left to
+           * the host, which reads the row again once the kernel is done (cuda/sync.cu) */
+          ok = 0;
+          if (++tries >= EMC_TORN_TRIES) {
+            uint32_t i = atomicAdd(C.torn_n, 1u);
+            C.srows[2u * i] = p0 + lane;
+            C.srows[2u * i + 1u] = ((uint64_t)t << 48) | srow;
+            ok = 1;
+          }
         }
         if (ok) {
           done = 1;
@@ -367,6 +398,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
           done = lane >= nrows;
           fl = 0;
           kind = 0;
+          tries = 0;
           if (!done) {
             id = A.ids[p0 + lane];
             if (tb->kind == EMC_TABLE_DENSE && id >= tb->code.rows) {

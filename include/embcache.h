@@ -328,8 +328,17 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
  * that completed before the lookup began. Rows dropped this way count in stats.evictions. A
  * cache's emc_insert, emc_apply_gradients and emc_prefetch hold the segment's lock for the
  * whole call, so every process's writers wait for them (lookups do not).
- * CUDA caches over a shared store are not built yet
- * (emc_cache_create: EMC_EUNSUPPORTED; EMC_BACKEND_AUTO picks the host backend for one).
+ * CUDA caches over a shared store (EMC_BACKEND_CUDA, asked for by name: EMC_BACKEND_AUTO picks
+ * the host backend for one) read the segment zero-copy and keep their copies by the same log,
+ * refreshing each copy a write names in place (pins kept) rather than dropping it. The device
+ * never waits for another process: a row a writer is rewriting while a lookup kernel copies it
+ * is read again by the host, so emc_lookup over a shared store waits for its kernel (counted
+ * in stats.host_syncs); emc_insert and emc_apply_gradients run on the host, into the shared
+ * rows, with the host backend's arithmetic (bit for bit; the CUDA backend's batch limits do
+ * not apply, emc_insert admits nothing, and a copy the cache holds is refreshed before the call
+ * returns), after waiting for the stream; emc_prefetch runs on the device under the segment's
+ * lock and waits for it. None of these calls may be captured in a CUDA graph
+ * (EMC_EUNSUPPORTED: a graph replayed later would not look at the log).
  * The name is what shm_open takes: "/" then 1..254 bytes without "/" (e.g. "/embcache-m1").
  * emc_store_destroy unmaps the store from this process; the memory stays while the name
  * exists or another process has it mapped (emc_store_unlink removes the name). A process
@@ -748,8 +757,9 @@ EMC_API emc_status emc_store_read_state(const emc_store *s, uint32_t table, cons
  * others wait for it while its process lives. Ranks must share a PID namespace (a rank is
  * seen dead by its pid and start time). Each rank's staging memory is the POSIX shared memory
  * "<store name>.g<rank>" (removed by emc_group_leave). One thread at a time per emc_group;
- * ranks may be threads of one process, each with its own group handle. Host caches only
- * (CUDA caches over a shared store are not built yet). */
+ * ranks may be threads of one process, each with its own group handle. A rank's cache may be a
+ * host or a CUDA cache (ids, offsets and grads then in device or host memory, read after
+ * `stream`; the call waits for them and returns with the cache's copies refreshed). */
 typedef struct emc_group emc_group;
 
 /* Join the training group of shared store s as rank `rank` of `n_ranks` (<= 256). The first

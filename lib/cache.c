@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "store_step.h"
 
 #ifdef EMC_HAVE_CUDA
 #include "emc_cuda.h"
@@ -101,6 +102,12 @@ emc_status emc_device_count(int *out) {
 #define emc__cuda_prefetch(c, i, o, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_apply(c, i, o, g, p, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_dedup(c, i, o, u, uo, inv, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_shared_sync(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_shared_sync_held(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_shared_refuse_capture(c, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_shared_args(c, i, o, b, g, s, hi, ho, hb) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_quiesce(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_count_host_writes(c, i, g) ((void)(c))
 #endif
 
 emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, emc_cache **out) {
@@ -141,11 +148,9 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   if (cfg.unified_index_rows > (1ull << 32))
     return EMC_FAIL(EMC_EINVAL, "unified_index_rows = %llu; at most 2^32",
                     (unsigned long long)cfg.unified_index_rows);
-  /* a shared store serves host caches (CUDA caches over it: issue 20, not yet built) */
+  /* a shared store: AUTO picks the host backend (a CUDA cache over it waits for each lookup
+   * and runs its writes on the host, cuda/sync.cu: asked for by name) */
   if (store->seg && cfg.backend == EMC_BACKEND_AUTO) cfg.backend = EMC_BACKEND_HOST;
-  if (store->seg && cfg.backend == EMC_BACKEND_CUDA)
-    return EMC_FAIL(EMC_EUNSUPPORTED, "CUDA caches over a shared store are not supported yet; "
-                    "use EMC_BACKEND_HOST (or AUTO, which picks it for a shared store)");
   EMC_TRY(pick_backend(&cfg));
 
   if (!(c = emc__calloc(1, sizeof *c))) return EMC_FAIL(EMC_ENOMEM, "cache");
@@ -252,8 +257,62 @@ static emc_status host_shared_call(emc_cache *c, int call, const uint64_t *ids,
   return st;
 }
 
+/* A CUDA cache's insert or apply over a shared store: on the host, under the store's lock,
+ * into the store's rows (lib/store_step.c), announced and published in the update log; the
+ * cache's copies are then refreshed from the store (cuda/sync.cu). */
+static emc_status cuda_shared_write(emc_cache *c, int call, const uint64_t *ids,
+                                    const uint64_t *offsets, const void *buf,
+                                    const emc_optimizer *opt, void *stream) {
+  uint64_t *hids = NULL, *hoffs = NULL, rows = 0;
+  void *hbuf = NULL;
+  emc_status st, st2;
+  EMC_TRY(emc__cuda_shared_args(c, ids, offsets, buf, call == CALL_APPLY, stream, &hids, &hoffs,
+                                &hbuf));
+  st = call == CALL_APPLY ? emc__check_apply(c, hids, hoffs, hbuf, opt)
+                          : check_batch(c, hids, hoffs, hbuf, "rows");
+  if (st == EMC_OK) st = emc__store_lock(c->store); /* the store's lock before the cache's */
+  if (st == EMC_OK) {
+    emc__seg_even_stripes(c->store);
+    st = emc__cuda_shared_sync_held(c);
+    if (st == EMC_OK) {
+      emc__log_batch(c->store, hids, hoffs); /* announced before any row changes */
+      st = call == CALL_APPLY
+               ? emc__store_step_apply(c->store, hids, hoffs, (const float *)hbuf, opt, &rows)
+               : emc__store_step_insert(c->store, hids, hoffs, hbuf);
+      emc__log_publish(c->store);
+      st2 = emc__cuda_shared_sync_held(c); /* its own copies too */
+      if (st == EMC_OK) st = st2;
+      if (st == EMC_OK)
+        emc__cuda_count_host_writes(c, call == CALL_INSERT ? hoffs[c->store->n_tables] : 0, rows);
+    }
+    emc__store_unlock(c->store);
+  }
+  free(hids);
+  free(hoffs);
+  free(hbuf);
+  return st;
+}
+
+emc_status emc__cache_grad_batch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                                 const void *grads, void *stream, uint64_t **hids,
+                                 uint64_t **hoffs, void **hgrads) {
+  *hids = *hoffs = NULL;
+  *hgrads = NULL;
+  if (!c || !IS_CUDA(c) || !c->store->seg) return EMC_OK;
+  return emc__cuda_shared_args(c, ids, offsets, grads, 1, stream, hids, hoffs, hgrads);
+}
+
+emc_status emc__cache_sync(emc_cache *c) {
+  if (!c) return EMC_OK;
+  if (IS_CUDA(c)) return c->store->seg ? emc__cuda_shared_sync(c) : EMC_OK;
+  emc__host_sync(c);
+  return EMC_OK;
+}
+
 emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                       const void *rows, void *stream) {
+  if (c && IS_CUDA(c) && c->store->seg)
+    return cuda_shared_write(c, CALL_INSERT, ids, offsets, rows, NULL, stream);
   if (c && IS_CUDA(c)) return emc__cuda_insert(c, ids, offsets, rows, stream);
   (void)stream;
   EMC_TRY(check_batch(c, ids, offsets, rows, "rows"));
@@ -348,6 +407,17 @@ static emc_status check_state(const emc_cache *c, const emc_optimizer *o,
 
 emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                         void *stream) {
+  if (c && IS_CUDA(c) && c->store->seg) { /* its admissions read store rows: under the lock */
+    emc_status st;
+    EMC_TRY(emc__cuda_shared_refuse_capture(c, stream));
+    EMC_TRY(emc__store_lock(c->store));
+    emc__seg_even_stripes(c->store);
+    st = emc__cuda_shared_sync_held(c);
+    if (st == EMC_OK) st = emc__cuda_prefetch(c, ids, offsets, stream);
+    if (st == EMC_OK) st = emc__cuda_quiesce(c);
+    emc__store_unlock(c->store);
+    return st;
+  }
   if (c && IS_CUDA(c)) return emc__cuda_prefetch(c, ids, offsets, stream);
   (void)stream;
   EMC_TRY(check_batch(c, ids, offsets, NULL, NULL));
@@ -373,6 +443,7 @@ emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const uint64_t
                                const void *grads, const emc_optimizer *opt, void *stream) {
   if (!c) return EMC_FAIL(EMC_EINVAL, "cache is NULL");
   EMC_TRY(check_optimizer(opt));
+  if (IS_CUDA(c) && c->store->seg) return cuda_shared_write(c, CALL_APPLY, ids, offsets, grads, opt, stream);
   if (IS_CUDA(c)) { /* offsets may be device memory: every table must keep state */
     EMC_TRY(check_state(c, opt, NULL));
     return emc__cuda_apply(c, ids, offsets, grads, opt, stream);

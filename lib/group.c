@@ -29,8 +29,8 @@
  * every 10 ms: a rank that left, died or did not arrive within timeout_ms breaks the group
  * (broken = epoch): every step then returns EMC_ETIMEDOUT until all ranks have left and a new
  * group forms (a new epoch).
- * Host caches only (CUDA caches over a shared store are not built yet). Steps 1, 3 and 4 are
- * computed in group_step.c; this file is the protocol.
+ * A CUDA cache's batch is copied to the host first (emc__cache_grad_batch). Steps 1, 3 and 4
+ * are computed in group_step.c; this file is the protocol.
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
@@ -211,7 +211,8 @@ emc_status emc_group_apply_gradients(emc_group *g, emc_cache *c, const uint64_t 
   size_t bytes = 0;
   emc_status local, st;
   char detail[256] = "";
-  (void)stream; /* host caches only */
+  uint64_t *hids = NULL, *hoffs = NULL;
+  void *hgrads = NULL;
   if (!g) return EMC_FAIL(EMC_EINVAL, "group is NULL");
   G = g->G;
   me = &G->ranks[g->rank];
@@ -224,8 +225,17 @@ emc_status emc_group_apply_gradients(emc_group *g, emc_cache *c, const uint64_t 
   else if (c->store != g->s)
     local = EMC_FAIL(EMC_EINVAL, "the cache serves another store (or another mapping of it) "
                      "than the one the group was joined on");
-  else local = emc__check_apply(c, ids, offsets, grads, opt);
+  else local = emc__cache_grad_batch(c, ids, offsets, grads, stream, &hids, &hoffs, &hgrads);
+  if (local == EMC_OK && hoffs) { /* a CUDA cache: its batch, copied to the host */
+    ids = hids;
+    offsets = hoffs;
+    grads = hgrads;
+  }
+  if (local == EMC_OK) local = emc__check_apply(c, ids, offsets, grads, opt);
   if (local == EMC_OK) local = emc__grp_contribute(g, c, ids, offsets, (const float *)grads, &bytes);
+  free(hids);
+  free(hoffs);
+  free(hgrads);
   if (local != EMC_OK) snprintf(detail, sizeof detail, "%s", emc_last_error_detail());
   { /* the header (mapped since join: STAGE_HDR bytes at least) */
     stage_hdr *h = (stage_hdr *)(void *)g->map;
@@ -237,7 +247,10 @@ emc_status emc_group_apply_gradients(emc_group *g, emc_cache *c, const uint64_t 
   EMC_ST_RELEASE(&me->arrived, k);
   st = wait_step(g, k);
   g->step = k;
-  if (c && c->store == g->s && c->host) emc__host_sync(c); /* its copies of the new rows go */
+  if (c && c->store == g->s) { /* its copies of the new rows go (or are refreshed) */
+    emc_status s2 = emc__cache_sync(c);
+    if (st == EMC_OK && local == EMC_OK) st = s2;
+  }
   if (local != EMC_OK) return EMC_FAIL(local, "%s", detail); /* its own reason */
   return st;
 }

@@ -132,6 +132,8 @@ struct emc_store {
   char *seg_name;                /* the name it was created or attached by (owned) */
   struct emc__seg_table *seg_recs;   /* its table records (each table's last_seq) */
   uint32_t caches;               /* a shared store: this process's caches over it (under lock) */
+  uint32_t cuda_regs;            /* ... its CUDA caches, which registered the segment once
+                                    (cuda/sync.cu; under lock) */
 };
 
 /* The writers' lock of a store (a private store's mutex, or the shared segment's robust
@@ -319,6 +321,16 @@ EMC_INTERNAL emc_status emc__host_prefetch(emc_cache *c, const uint64_t *ids,
                                            const uint64_t *offsets);
 EMC_INTERNAL emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                         const float *grads, const emc_optimizer *opt);
+/* A group step's batch (lib/group.c): for a CUDA cache over a shared store, host copies of ids,
+ * offsets and gradients (after the caller's stream; the caller frees them); else all NULL:
+ * the caller's pointers are host memory. */
+EMC_INTERNAL emc_status emc__cache_grad_batch(emc_cache *c, const uint64_t *ids,
+                                              const uint64_t *offsets, const void *grads,
+                                              void *stream, uint64_t **hids, uint64_t **hoffs,
+                                              void **hgrads);
+/* A cache over a shared store: its copies of rows the update log names, dropped or refreshed
+ * (either backend). */
+EMC_INTERNAL emc_status emc__cache_sync(emc_cache *c);
 /* emc_dedup's work on host memory, for any backend (outputs untouched on failure). */
 EMC_INTERNAL emc_status emc__dedup_batch(uint32_t n_tables, const uint64_t *ids,
                                          const uint64_t *offsets, uint64_t *unique_ids,

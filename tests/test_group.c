@@ -31,6 +31,18 @@
 
 EMCT_SHARED_LOCK_TSAN_OPTIONS
 
+/* Compiled with EMCT_GPU it is test_gpu_group (label gpu): the ranks' caches are CUDA caches
+ * (cuda/sync.cu; the CPU model of the device in make test), the references host caches. This
+ * process never touches the device (test_shared_cache.c, device_in_child). */
+#ifdef EMCT_GPU
+#include "emc_cuda.h"
+#define BACKEND EMC_BACKEND_CUDA
+#define CACHE_CHECK(c) emc__cuda_check(c)
+#else
+#define BACKEND EMC_BACKEND_HOST
+#define CACHE_CHECK(c) emc__cache_check(c)
+#endif
+
 #define RANKS 4u
 #define DROWS 512u
 #define DIM0 8u     /* dense f32 */
@@ -201,7 +213,7 @@ static void rank_main(const char *name, uint32_t r, int cfg, uint64_t steps, int
   static unsigned char rows[ND * DIM0 * 4 + NH * DIM1 * 2], want[ND * DIM0 * 4 + NH * DIM1 * 2];
   CHILD_CHECK(emc_store_attach(name, &s) == EMC_OK, "attach");
   emc_cache_config_init(&cc);
-  cc.backend = EMC_BACKEND_HOST;
+  cc.backend = BACKEND;
   cc.capacity_bytes = 16u << 10; /* small: rows come and go */
   cc.key_bits = r % 2 ? 32 : 64;
   CHILD_CHECK(emc_cache_create(s, &cc, &c) == EMC_OK, "cache");
@@ -236,7 +248,7 @@ static void rank_main(const char *name, uint32_t r, int cfg, uint64_t steps, int
     }
   }
   CHILD_CHECK(emc_group_leave(g) == EMC_OK, "leave");
-  CHILD_CHECK(emc__cache_check(c) == EMC_OK, "cache check");
+  CHILD_CHECK(CACHE_CHECK(c) == EMC_OK, "cache check: %s", emc_last_error_detail());
   CHILD_CHECK(emc_cache_destroy(c) == EMC_OK, "destroy");
   emc_store_destroy(s);
   _exit(0);
@@ -289,7 +301,7 @@ static emc_store *reference(int cfg, uint64_t steps, uint32_t n_ranks, emc_cache
 START_TEST(steps_equal_the_reference) {
   const char *name;
   int status[RANKS];
-  uint64_t steps = emct_scale(300, 3);
+  uint64_t steps = emct_gpu_scale(emct_scale(300, 3), 3); /* the model: 100 */
   emc_cache *rc;
   emc_store *ref, *s;
   uint32_t r;
@@ -371,7 +383,7 @@ START_TEST(the_next_writer_finishes_a_dead_appliers_step) {
     float grads[ND * DIM0 + NH * DIM1];
     CHILD_CHECK(emc_store_attach(name, &cs) == EMC_OK, "attach");
     emc_cache_config_init(&cc);
-    cc.backend = EMC_BACKEND_HOST;
+    cc.backend = BACKEND;
     cc.capacity_bytes = 1u << 20;
     CHILD_CHECK(emc_cache_create(cs, &cc, &c) == EMC_OK, "cache");
     CHILD_CHECK(emc_group_join(cs, 0, 1, 1000, &g) == EMC_OK, "join");
@@ -473,7 +485,7 @@ START_TEST(bad_joins_and_refused_steps) {
   tr[0].g = g;
   EMCT_OK(emc_group_join(s, 1, 2, 2000, &tr[1].g));
   emc_cache_config_init(&cc);
-  cc.backend = EMC_BACKEND_HOST;
+  cc.backend = BACKEND; /* two caches of this backend over one mapping */
   cc.capacity_bytes = 1u << 20;
   for (i = 0; i < 2; i++) {
     tr[i].s = s;
@@ -501,6 +513,7 @@ START_TEST(bad_joins_and_refused_steps) {
     emc_cache *rc;
     emc_optimizer op;
     opt_of(0, &op);
+    cc.backend = EMC_BACKEND_HOST;
     EMCT_OK(emc_cache_create(snap, &cc, &rc));
     ref_step(rc, 1, &op, 2);
     EMCT_OK(emc_cache_destroy(rc));
@@ -528,12 +541,27 @@ START_TEST(bad_joins_and_refused_steps) {
 }
 END_TEST
 
+#ifdef EMCT_GPU
+/* A device, asked in a child: this process stays off the device, so its children may use it. */
+static int device_in_child(void) {
+  int stt = 0;
+  pid_t p;
+  fflush(NULL);
+  if ((p = fork()) == 0) _exit(emct_gpu_present("test_gpu_group") ? 0 : 77);
+  if (p < 0 || waitpid(p, &stt, 0) != p) return 0;
+  return WIFEXITED(stt) && WEXITSTATUS(stt) == 0;
+}
+#endif
+
 int main(void) {
   Suite *su = suite_create("group");
   TCase *tc = tcase_create("group");
   SRunner *sr;
   int failed;
-  tcase_set_timeout(tc, 120);
+#ifdef EMCT_GPU
+  if (!device_in_child()) return 77;
+#endif
+  tcase_set_timeout(tc, 240);
   tcase_add_loop_test(tc, steps_equal_the_reference, 0, 4);
   tcase_add_loop_test(tc, a_rank_dies, 0, 2);
   tcase_add_test(tc, the_next_writer_finishes_a_dead_appliers_step);

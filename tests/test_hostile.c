@@ -456,8 +456,8 @@ START_TEST(hostile_arguments) {
     EXPECT(EMC_OK, emc_store_create_shared, nm, td, 2, &s);
     EXPECT(EMC_EIO, emc_store_create_shared, nm, td, 2, &o);
     emc_cache_config_init(&cfg);
-    cfg.backend = EMC_BACKEND_CUDA; /* host caches only, over a shared store (for now) */
-    EXPECT(EMC_EUNSUPPORTED, emc_cache_create, s, &cfg, &c2);
+    cfg.capacity_bytes = 0; /* a bad config over a shared store: refused as for any store */
+    EXPECT(EMC_EINVAL, emc_cache_create, s, &cfg, &c2);
     REQUIRE(c2 == (emc_cache *)(uintptr_t)0x99, "a refused cache_create wrote *out");
     x = 9; /* a dense id past the rows */
     EXPECT(EMC_ERANGE, emc_store_write, s, 0, &x, 1, row);

@@ -8,9 +8,10 @@
  *                 is refreshed in place (still a hit); rows are never dirty; a store with a
  *                 cache is not destroyed; a CUDA cache over a shared store is refused
  *   written over  another process's scribbles: a hashed count past its rows (inserts, steps,
- *                 writes and refills return EMC_ECORRUPT, no other row changes), a version left odd (a writing call
- *                 repairs it instead of waiting for ever), a log counter thrown far ahead (the
- *                 next writes still reach every cache)
+ *                 writes and refills return EMC_ECORRUPT, no other row changes), a version left
+ *                 odd (a writing call repairs it instead of waiting for ever; a lookup of the
+ *                 row returns it whole), a log counter thrown far ahead (the next writes still
+ *                 reach every cache)
  *   processes     four processes with small host caches (constant eviction; inline and
  *                 background admission; one pins its batches) look up Zipf batches while a
  *                 fifth writes generation-encoded rows, through the store and through its own
@@ -32,6 +33,19 @@
 #include <unistd.h>
 
 EMCT_SHARED_LOCK_TSAN_OPTIONS
+
+/* Compiled with EMCT_GPU it is test_gpu_shared_cache (label gpu): the caches under test are
+ * CUDA caches (cuda/sync.cu), on the CPU model of the device in make test; the references stay
+ * host caches. This process never touches the device: each test runs in a child (Check's fork
+ * mode) and the device is probed in one too, so that children fork their own processes. */
+#ifdef EMCT_GPU
+#include "emc_cuda.h"
+#define BACKEND EMC_BACKEND_CUDA
+#define CACHE_CHECK(c) emc__cuda_check(c)
+#else
+#define BACKEND EMC_BACKEND_HOST
+#define CACHE_CHECK(c) emc__cache_check(c)
+#endif
 
 #define DROWS 1024u  /* dense ranks */
 #define HCAP 1024u   /* hashed capacity */
@@ -111,16 +125,21 @@ static void read_gens(emc_cache *c, uint32_t t, const uint64_t *rk, size_t n, in
   free(ids);
 }
 
-static emc_cache *host_cache(emc_store *s, size_t capacity, uint32_t admission, uint32_t key_bits) {
+static emc_cache *cache_of(emc_store *s, emc_backend be, size_t capacity, uint32_t admission,
+                           uint32_t key_bits) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_HOST;
+  cfg.backend = be;
   cfg.capacity_bytes = capacity;
   cfg.admission = admission;
   cfg.key_bits = key_bits;
   EMCT_OK(emc_cache_create(s, &cfg, &c));
   return c;
+}
+/* A cache under test (BACKEND). */
+static emc_cache *test_cache(emc_store *s, size_t capacity, uint32_t admission, uint32_t key_bits) {
+  return cache_of(s, BACKEND, capacity, admission, key_bits);
 }
 
 /* Every rank of table t through c holds generation want[r] (-2: absent). */
@@ -144,14 +163,14 @@ static void check_clean(emc_cache *c, const char *what) {
   EMCT_OK(emc_get_stats(c, &st));
   ck_assert_msg(st.dirty_rows == 0, "%s: %llu dirty rows over a shared store", what,
                 (unsigned long long)st.dirty_rows);
-  ck_assert_msg(emc__cache_check(c) == EMC_OK, "%s: %s", what, emc_last_error_detail());
+  ck_assert_msg(CACHE_CHECK(c) == EMC_OK, "%s: %s", what, emc_last_error_detail());
 }
 
 /* ================================================================= one process */
 START_TEST(caches_see_each_others_writes) {
   const char *name = fresh_name();
   emc_store *s = NULL, *s2 = NULL;
-  emc_cache *a, *b, *cu = NULL;
+  emc_cache *a, *b, *au = NULL;
   emc_cache_config cfg;
   static uint64_t rk[LOG_CAP + 256];
   static uint32_t g[LOG_CAP + 256];
@@ -164,13 +183,13 @@ START_TEST(caches_see_each_others_writes) {
   EMCT_OK(write_gens(s, NULL, 0, rk, DROWS, g));
   EMCT_OK(write_gens(s, NULL, 1, rk, HSTART, g));
   for (r = 0; r < HUNIV; r++) want1[r] = r < HSTART ? 1 : -2;
-  a = host_cache(s, 4u << 20, EMC_ADMISSION_INLINE, 64);
-  b = host_cache(s2, 4u << 20, EMC_ADMISSION_BACKGROUND, 32);
-  /* the refusals: a CUDA cache, destroying a store with a cache */
+  a = test_cache(s, 4u << 20, EMC_ADMISSION_INLINE, 64);
+  b = test_cache(s2, 4u << 20, EMC_ADMISSION_BACKGROUND, 32);
+  /* AUTO picks the host backend over a shared store; a store with a cache is not destroyed */
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_CUDA;
-  EMCT_ST(emc_cache_create(s, &cfg, &cu), EMC_EUNSUPPORTED);
-  ck_assert_ptr_null(cu);
+  EMCT_OK(emc_cache_create(s, &cfg, &au));
+  ck_assert_int_eq(emc_cache_backend(au), EMC_BACKEND_HOST);
+  EMCT_OK(emc_cache_destroy(au));
   emc_store_destroy(s);
   ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "attached cache"));
 
@@ -186,7 +205,11 @@ START_TEST(caches_see_each_others_writes) {
   read_gens(a, 0, rk, DROWS, gen, where);
   for (r = 0; r < DROWS; r++) {
     ck_assert_int_eq(gen[r], want0[r]);
+#ifndef EMCT_GPU
     if (r < 100) ck_assert_int_eq(where[r], EMC_WHERE_STORE); /* a's copy was dropped */
+#else
+    if (r < 100) ck_assert_int_eq(where[r], EMC_WHERE_CACHE); /* a's copy was refreshed */
+#endif
   }
   expect_all(b, 0, DROWS, want0, "b after its inserts");
 
@@ -264,9 +287,9 @@ START_TEST(gradient_steps_reach_every_cache) {
   EMCT_OK(emc_store_create(TABLES_ADAGRAD, 2, &ref));
   EMCT_OK(emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 5));
   EMCT_OK(emc_store_fill_uniform(ref, 0, -1.0f, 1.0f, 5));
-  a = host_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
-  b = host_cache(s2, 1u << 20, EMC_ADMISSION_INLINE, 64);
-  rc = host_cache(ref, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  a = test_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  b = test_cache(s2, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  rc = cache_of(ref, EMC_BACKEND_HOST, 1u << 20, EMC_ADMISSION_INLINE, 64);
   emc_optimizer_init(&o);
   o.kind = EMC_OPT_ROWWISE_ADAGRAD;
   o.lr = 0.25f;
@@ -319,8 +342,8 @@ START_TEST(scribbles_of_another_process) {
   for (r = 0; r < DROWS; r++) rk[r] = r, g[r] = 1, want0[r] = 1;
   EMCT_OK(write_gens(s, NULL, 0, rk, DROWS, g));
   EMCT_OK(write_gens(s, NULL, 1, rk, 8, g));
-  a = host_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
-  b = host_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  a = test_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  b = test_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
   /* a hashed count past the table: nothing is written outside it */
   cnt = __atomic_load_n(&s->seg_recs[1].count, __ATOMIC_RELAXED);
   __atomic_store_n(&s->seg_recs[1].count, (uint64_t)HCAP + 5, __ATOMIC_RELAXED);
@@ -347,6 +370,21 @@ START_TEST(scribbles_of_another_process) {
     float gd[DIM0];
     memset(gd, 0, sizeof gd);
     EMCT_OK(emc_apply_gradients(a, &id, off, gd, &o, NULL));
+  }
+  /* a version left odd with the lock free, of a row no cache holds: a lookup still returns
+   * the row whole (the CUDA backend's kernel leaves it to the host, which never waits for
+   * ever either: the lock is free, so it repairs the version) */
+  {
+    int64_t gen1;
+    uint8_t wh;
+    uint32_t *v = &s->stripes[emc__store_stripe(0, 700)];
+    rk[0] = 700;
+    __atomic_store_n(v, 9u, __ATOMIC_RELAXED);
+    read_gens(a, 0, rk, 1, &gen1, &wh);
+    ck_assert_int_eq(gen1, 1);
+    ck_assert_int_eq(wh, EMC_WHERE_STORE);
+    ck_assert_uint_eq(__atomic_load_n(v, __ATOMIC_RELAXED) & 1u, 0);
+    rk[0] = 0;
   }
   /* the log's pending counter thrown far ahead: writes still reach the other cache */
   expect_all(b, 0, DROWS, want0, "b, before");
@@ -393,7 +431,7 @@ static void reader(const char *name, ctl *cl, unsigned k) {
   int last = 0;
   CHILD_CHECK(emc_store_attach(name, &s) == EMC_OK, "attach");
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_HOST;
+  cfg.backend = BACKEND;
   cfg.capacity_bytes = 64u << 10; /* an eighth of the rows or so: evictions all the time */
   cfg.admission = k == 2 ? EMC_ADMISSION_BACKGROUND : EMC_ADMISSION_INLINE;
   cfg.key_bits = k == 1 ? 32 : 64;
@@ -404,7 +442,8 @@ static void reader(const char *name, ctl *cl, unsigned k) {
   __atomic_fetch_add(&cl->ready, 1, __ATOMIC_RELEASE);
   while (!last) {
     uint64_t i;
-    last = __atomic_load_n(&cl->stop, __ATOMIC_ACQUIRE) != 0;
+    /* (a few batches at least: the cache must churn even when the writer is quick) */
+    last = __atomic_load_n(&cl->stop, __ATOMIC_ACQUIRE) != 0 && it >= 24;
     for (i = 0; i < 2 * BATCH; i++) {
       uint32_t t = i >= BATCH;
       rk[i] = t == 0 ? emct_zipf_sample(&z0, &rng) : emct_zipf_sample(&z1, &rng);
@@ -457,7 +496,7 @@ static void reader(const char *name, ctl *cl, unsigned k) {
     CHILD_CHECK(emc_get_stats(c, &st) == EMC_OK && st.dirty_rows == 0, "dirty rows");
     CHILD_CHECK(st.evictions > 0, "reader %u: no evictions (the cache is meant to churn)", k);
   }
-  CHILD_CHECK(emc__cache_check(c) == EMC_OK, "cache check");
+  CHILD_CHECK(CACHE_CHECK(c) == EMC_OK, "cache check: %s", emc_last_error_detail());
   CHILD_CHECK(emc_cache_destroy(c) == EMC_OK, "destroy");
   emc_store_destroy(s);
   _exit(0);
@@ -476,7 +515,7 @@ static void writer(const char *name, ctl *cl, uint64_t batches) {
   uint64_t hmax = HSTART;
   CHILD_CHECK(emc_store_attach(name, &s) == EMC_OK, "attach");
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_HOST;
+  cfg.backend = BACKEND;
   cfg.capacity_bytes = 32u << 10;
   CHILD_CHECK(emc_cache_create(s, &cfg, &c) == EMC_OK, "cache");
   for (i = 0; i < DROWS; i++) gen[0][i] = 1;
@@ -527,7 +566,7 @@ START_TEST(processes_never_read_outdated_rows) {
   }
   while (__atomic_load_n(&cl->ready, __ATOMIC_ACQUIRE) < 4) usleep(1000);
   fflush(NULL);
-  if ((kids[4] = fork()) == 0) writer(name, cl, emct_scale(3000, 4));
+  if ((kids[4] = fork()) == 0) writer(name, cl, emct_gpu_scale(emct_scale(3000, 4), 10));
   ck_assert_int_gt(kids[4], 0);
   {
     int stt = 0;
@@ -548,12 +587,27 @@ START_TEST(processes_never_read_outdated_rows) {
 }
 END_TEST
 
+#ifdef EMCT_GPU
+/* A device, asked in a child: this process stays off the device, so its children may use it. */
+static int device_in_child(void) {
+  int stt = 0;
+  pid_t p;
+  fflush(NULL);
+  if ((p = fork()) == 0) _exit(emct_gpu_present("test_gpu_shared_cache") ? 0 : 77);
+  if (p < 0 || waitpid(p, &stt, 0) != p) return 0;
+  return WIFEXITED(stt) && WEXITSTATUS(stt) == 0;
+}
+#endif
+
 int main(void) {
   Suite *su = suite_create("shared_cache");
   TCase *tc = tcase_create("shared_cache");
   SRunner *sr;
   int failed;
-  tcase_set_timeout(tc, 120);
+#ifdef EMCT_GPU
+  if (!device_in_child()) return 77;
+#endif
+  tcase_set_timeout(tc, 240);
   tcase_add_test(tc, caches_see_each_others_writes);
   tcase_add_test(tc, gradient_steps_reach_every_cache);
   tcase_add_test(tc, scribbles_of_another_process);

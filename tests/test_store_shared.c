@@ -430,12 +430,14 @@ START_TEST(bad_names_and_segments) {
   ck_assert_int_eq(emc_store_create_shared(name, TABLES, 2, &s), EMC_OK);
   ck_assert_int_eq(emc_store_create_shared(name, TABLES, 2, &a), EMC_EIO); /* exists */
   ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), strerror(EEXIST)));
-  /* a CUDA cache over a shared store: not yet (host caches: test_shared_cache) */
+  /* AUTO picks the host backend over a shared store (CUDA caches are asked for by name:
+   * test_gpu_shared_cache) */
   emc_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 1u << 20;
-  ck_assert_int_eq(emc_cache_create(s, &cfg, &c), EMC_EUNSUPPORTED);
-  ck_assert_ptr_null(c);
+  ck_assert_int_eq(emc_cache_create(s, &cfg, &c), EMC_OK);
+  ck_assert_int_eq(emc_cache_backend(c), EMC_BACKEND_HOST);
+  ck_assert_int_eq(emc_cache_destroy(c), EMC_OK);
+  c = NULL;
   /* another format version */
   p = raw_map(name, &bytes);
   p[8] ^= 0x40;

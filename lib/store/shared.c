@@ -28,8 +28,8 @@
  *
  * Caches over a shared store write through and keep their copies fresh by the segment's
  * update log (seg_log.c, lib/sync_host.c); the segment also holds the training group's block
- * (lib/group.c), and seg_recover finishes a step a dead applier committed (stage.c). Not yet
- * here: CUDA caches over a shared store.
+ * (lib/group.c), and seg_recover finishes a step a dead applier committed (stage.c). CUDA
+ * caches register the whole segment once per process (cuda/sync.cu).
  */
 #define _GNU_SOURCE 1
 #include <errno.h>
