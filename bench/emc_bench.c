@@ -1121,8 +1121,8 @@ int main(int argc, char **argv) {
     emcb_procs_cfg pc;
     memset(&pc, 0, sizeof pc);
     if (o.backend == EMC_BACKEND_CUDA) {
-      fprintf(stderr, "emc-bench: --procs needs host caches (CUDA caches over a shared store "
-              "are not built yet); drop --backend cuda\n");
+      fprintf(stderr, "emc-bench: --procs measures host caches (a CUDA cache over a shared "
+              "store waits for each lookup; --procs does not run it); drop --backend cuda\n");
       return EXIT_USAGE;
     }
     pc.n_tables = emct_preset_rows(o.preset, o.scale, o.tables, o.rows, rows, EMC_MAX_TABLES);

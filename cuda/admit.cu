@@ -200,8 +200,10 @@ __device__ void write_through(const dview &V, const dtab *tb, uint64_t key, uint
 
 /* The store row of (t, id): dense by address, hashed through the map; -1 when absent. */
 __device__ __forceinline__ int64_t store_row(const dtab *tb, uint64_t id) {
+  int64_t r;
   if (tb->kind == EMC_TABLE_DENSE) return (int64_t)id;
-  return emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
+  r = emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
+  return r >= 0 && (uint64_t)r < tb->code.rows ? r : -1; /* (a map written over: absent) */
 }
 
 __global__ void __launch_bounds__(256) k_admit_fill(const __grid_constant__ wr_args A) {

@@ -921,7 +921,7 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   emc__cuda_prof_mark(k, PROF_LOOKUP, 1, st);
   if (k->shared) { /* rows a host writer kept changing: read again on the host (sync.cu) */
     if ((e = emc__cuda_wait_stream(k, st)) != cudaSuccess) goto cuda;
-    if ((status = emc__cuda_shared_fix(c, S, offs, out_d)) != EMC_OK) {
+    if ((status = emc__cuda_shared_fix(c, S, offs, out_d, st)) != EMC_OK) {
       emc__cuda_slot_failed(k, S, st);
       goto done;
     }

@@ -189,6 +189,6 @@ emc_status emc__cuda_shared_sync_locked(emc_cache *c);
 /* After a lookup kernel over a shared store (waited for): the rows it left to the host, read
  * again into out_d and the staging copy. Caller holds k->lock. */
 emc_status emc__cuda_shared_fix(emc_cache *c, emc__scratch *S, const uint64_t *offs,
-                                unsigned char *out_d);
+                                unsigned char *out_d, cudaStream_t st);
 
 #endif /* EMC_CACHE_CUDA_H */

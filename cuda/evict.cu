@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
     if (tb->kind == EMC_TABLE_HASHED && V.unified_max > 0) {
       if (atomicAdd(&g->host_entries, 1ull) < V.unified_max) {
         row = emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, *emc__slot_owner(pg, &tb->L, s));
-        if (row < 0 || (uint64_t)row > EMC__LOC_MAX) {
+        if (row < 0 || (uint64_t)row > EMC__LOC_MAX || (uint64_t)row >= tb->code.rows) { /* (a
+                                            shared segment's map written over: no entry) */
           row = -1;
           atomicAdd(&g->host_entries, ~0ull);
         }

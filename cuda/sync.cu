@@ -228,14 +228,20 @@ extern "C" emc_status emc__cuda_shared_sync(emc_cache *c) {
 /* After the lookup kernel (waited for): the positions it left to the host, read again. out_d
  * and C->staging are laid out by C->outoff. Caller holds k->lock. */
 emc_status emc__cuda_shared_fix(emc_cache *c, emc__scratch *S, const uint64_t *offs,
-                                unsigned char *out_d) {
+                                unsigned char *out_d, cudaStream_t st) {
   const emc_store *s = c->store;
   uint32_t n = 0, i, widest = 16;
   uint64_t *list = NULL;
   unsigned char *row = NULL;
   cudaError_t e;
   emc_status status = EMC_OK;
-  if ((e = cudaMemcpy(&n, S->C.torn_n, 4, cudaMemcpyDeviceToHost)) != cudaSuccess) goto cuda;
+  /* copies on the caller's stream (already waited for), never the legacy default stream: that
+   * would wait for every blocking stream, and break another thread's capture */
+  uint32_t *word = (uint32_t *)(S->pinned + (size_t)c->store->n_tables * 3 + 3); /* (status words) */
+  if ((e = cudaMemcpyAsync(word, S->C.torn_n, 4, cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
+      (e = cudaStreamSynchronize(st)) != cudaSuccess)
+    goto cuda;
+  n = *word;
   if (n == 0) return EMC_OK;
   if (n > S->C.n) return EMC_FAIL(EMC_ECUDA, "the lookup kernel reported %u rows to read again "
                                   "of %llu", n, (unsigned long long)S->C.n);
@@ -247,7 +253,9 @@ emc_status emc__cuda_shared_fix(emc_cache *c, emc__scratch *S, const uint64_t *o
     status = EMC_FAIL(EMC_ENOMEM, "re-reading %u torn rows", n);
     goto out;
   }
-  if ((e = cudaMemcpy(list, S->C.srows, (size_t)2 * n * 8, cudaMemcpyDeviceToHost)) != cudaSuccess) goto cuda;
+  if ((e = cudaMemcpyAsync(list, S->C.srows, (size_t)2 * n * 8, cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
+      (e = cudaStreamSynchronize(st)) != cudaSuccess)
+    goto cuda;
   for (i = 0; i < n; i++) {
     uint64_t p = list[2 * i], srow = list[2 * i + 1] & ((1ull << 48) - 1u), at;
     uint32_t t = (uint32_t)(list[2 * i + 1] >> 48), rb;
@@ -261,8 +269,10 @@ emc_status emc__cuda_shared_fix(emc_cache *c, emc__scratch *S, const uint64_t *o
     for (uint32_t u = 0; u < t; u++) at += (offs[u + 1] - offs[u]) * s->tables[u].row_bytes;
     at += (p - offs[t]) * rb;
     /* (out_d: device memory, or mapped host memory) */
-    if ((e = cudaMemcpy(out_d + at, row, rb, cudaMemcpyDefault)) != cudaSuccess) goto cuda;
-    if ((e = cudaMemcpy(S->C.staging + at, row, rb, cudaMemcpyHostToDevice)) != cudaSuccess) goto cuda;
+    if ((e = cudaMemcpyAsync(out_d + at, row, rb, cudaMemcpyDefault, st)) != cudaSuccess ||
+        (e = cudaMemcpyAsync(S->C.staging + at, row, rb, cudaMemcpyHostToDevice, st)) != cudaSuccess ||
+        (e = cudaStreamSynchronize(st)) != cudaSuccess) /* (row is reused) */
+      goto cuda;
   }
   goto out;
 cuda:
@@ -297,13 +307,14 @@ extern "C" emc_status emc__cuda_shared_refuse_capture(emc_cache *c, void *stream
 
 /* A host copy of n bytes at p (device memory of the cache's device, or host memory). */
 static emc_status host_copy(emc__cuda_cache *k, const void *p, size_t n, const char *what,
-                            void **out) {
+                            cudaStream_t st, void **out) {
   void *h;
   *out = NULL;
   if (n == 0) return EMC_OK;
   if (!(h = emc__malloc(n))) return EMC_FAIL(EMC_ENOMEM, "a host copy of %s (%zu bytes)", what, n);
-  if (emc__cuda_space(k, p) == EMC_SPACE_DEVICE) {
-    cudaError_t e = cudaMemcpy(h, p, n, cudaMemcpyDeviceToHost);
+  if (emc__cuda_space(k, p) == EMC_SPACE_DEVICE) { /* (on the caller's stream, waited for) */
+    cudaError_t e = cudaMemcpyAsync(h, p, n, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) {
       free(h);
       return emc__cuda_fail(e, "copying a batch's arguments to the host");
@@ -341,6 +352,7 @@ extern "C" emc_status emc__cuda_shared_args(emc_cache *c, const uint64_t *ids,
       status = EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)n);
       goto done;
     }
+    if (n > 0 && (status = emc__cuda_check_space(k, buf, "grads")) != EMC_OK) goto done;
   }
   if (!(*hoffs = (uint64_t *)emc__mallocn((size_t)T + 1, 8))) {
     status = EMC_FAIL(EMC_ENOMEM, "a host copy of offsets");
@@ -352,8 +364,8 @@ extern "C" emc_status emc__cuda_shared_args(emc_cache *c, const uint64_t *ids,
     status = emc__cuda_fail(e, "waiting for the caller's stream");
     goto done;
   }
-  if ((status = host_copy(k, ids, (size_t)n * 8, "ids", (void **)hids)) != EMC_OK) goto done;
-  status = host_copy(k, buf, bytes, grads ? "grads" : "rows", hbuf);
+  if ((status = host_copy(k, ids, (size_t)n * 8, "ids", st, (void **)hids)) != EMC_OK) goto done;
+  status = host_copy(k, buf, bytes, grads ? "grads" : "rows", st, hbuf);
 done:
   emc__cuda_leave(k);
   if (status != EMC_OK) {

@@ -327,7 +327,8 @@ EMC_API emc_status emc_store_open(const char *path, emc_store **out);
  * write, by any process and any path (emc_store_write, _fill_uniform, a cache's write),
  * that completed before the lookup began. Rows dropped this way count in stats.evictions. A
  * cache's emc_insert, emc_apply_gradients and emc_prefetch hold the segment's lock for the
- * whole call, so every process's writers wait for them (lookups do not).
+ * whole call, so every process's writers wait for them (a host cache's lookups do not; a CUDA
+ * cache's lookup takes the lock, briefly, when the log moved, below).
  * CUDA caches over a shared store (EMC_BACKEND_CUDA, asked for by name: EMC_BACKEND_AUTO picks
  * the host backend for one) read the segment zero-copy and keep their copies by the same log,
  * refreshing each copy a write names in place (pins kept) rather than dropping it. The device

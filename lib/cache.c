@@ -413,8 +413,14 @@ emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offse
     EMC_TRY(emc__store_lock(c->store));
     emc__seg_even_stripes(c->store);
     st = emc__cuda_shared_sync_held(c);
-    if (st == EMC_OK) st = emc__cuda_prefetch(c, ids, offsets, stream);
-    if (st == EMC_OK) st = emc__cuda_quiesce(c);
+    if (st == EMC_OK) {
+      /* whatever it returned (EMC_ECAPACITY comes after a whole enqueue, an error may follow
+       * a partial one), its admissions are done before the lock goes */
+      emc_status q;
+      st = emc__cuda_prefetch(c, ids, offsets, stream);
+      q = emc__cuda_quiesce(c);
+      if (st == EMC_OK) st = q;
+    }
     emc__store_unlock(c->store);
     return st;
   }

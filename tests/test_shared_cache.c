@@ -39,6 +39,8 @@ EMCT_SHARED_LOCK_TSAN_OPTIONS
  * host caches. This process never touches the device: each test runs in a child (Check's fork
  * mode) and the device is probed in one too, so that children fork their own processes. */
 #ifdef EMCT_GPU
+#include <cuda_runtime_api.h>
+
 #include "emc_cuda.h"
 #define BACKEND EMC_BACKEND_CUDA
 #define CACHE_CHECK(c) emc__cuda_check(c)
@@ -271,41 +273,65 @@ START_TEST(caches_see_each_others_writes) {
 }
 END_TEST
 
-/* Gradient steps of one cache reach the other and the store (row and Adagrad state), bit for
- * bit what a private store with a cache computes. */
+/* Gradient steps of one cache reach the other and the store (rows and Adagrad state), bit for
+ * bit what a private store with a host cache computes: config 0 row-wise Adagrad and SUM over
+ * the dense f32 table, config 1 SGD and MEAN over both tables (new hashed f16 ids every step),
+ * config 2 Adagrad and MEAN over both. The GPU build passes every other step's ids and
+ * gradients in device memory. */
 START_TEST(gradient_steps_reach_every_cache) {
   const char *name = fresh_name();
   emc_store *s = NULL, *s2 = NULL, *ref = NULL;
   emc_cache *a, *b, *rc;
   emc_optimizer o;
-  uint64_t ids[64], off[3], r, step;
-  float grads[64 * DIM0];
-  static unsigned char got[64 * DIM0 * 4], want[64 * DIM0 * 4];
+  enum { ND = 48, NH = 16 };
+  uint64_t ids[ND + NH], off[3], r, step, nh = _i == 0 ? 0 : NH;
+  float grads[ND * DIM0 + NH * DIM1];
+  static unsigned char got[64 * DIM0 * 4 + NH * DIM1 * 2], want[64 * DIM0 * 4 + NH * DIM1 * 2];
   float sa[64], sr[64];
+  size_t bytes = ND * DIM0 * 4 + nh * DIM1 * 2;
+#ifdef EMCT_GPU
+  void *ids_d = NULL, *grads_d = NULL;
+  ck_assert_int_eq(cudaMalloc(&ids_d, sizeof ids), cudaSuccess);
+  ck_assert_int_eq(cudaMalloc(&grads_d, sizeof grads), cudaSuccess);
+#endif
   EMCT_OK(emc_store_create_shared(name, TABLES_ADAGRAD, 2, &s));
   EMCT_OK(emc_store_attach(name, &s2));
   EMCT_OK(emc_store_create(TABLES_ADAGRAD, 2, &ref));
   EMCT_OK(emc_store_fill_uniform(s, 0, -1.0f, 1.0f, 5));
   EMCT_OK(emc_store_fill_uniform(ref, 0, -1.0f, 1.0f, 5));
   a = test_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
-  b = test_cache(s2, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  b = test_cache(s2, 1u << 20, EMC_ADMISSION_INLINE, 32);
   rc = cache_of(ref, EMC_BACKEND_HOST, 1u << 20, EMC_ADMISSION_INLINE, 64);
   emc_optimizer_init(&o);
-  o.kind = EMC_OPT_ROWWISE_ADAGRAD;
+  o.kind = _i == 1 ? EMC_OPT_SGD : EMC_OPT_ROWWISE_ADAGRAD;
+  o.merge = _i == 0 ? EMC_MERGE_SUM : EMC_MERGE_MEAN;
   o.lr = 0.25f;
   for (step = 0; step < 20; step++) {
     emc_cache *w = step % 2 ? a : b, *other = step % 2 ? b : a;
-    uint64_t n = 48;
-    for (r = 0; r < n; r++) ids[r] = (step * 7 + r * r) % 64;
-    for (r = 0; r < n * DIM0; r++) grads[r] = (float)((int)((step + r) % 9) - 4) * 0.125f;
-    off[0] = 0, off[1] = n, off[2] = n;
+    const uint64_t *idp = ids;
+    const float *gp = grads;
+    for (r = 0; r < ND; r++) ids[r] = (step * 7 + r * r) % 64;
+    for (r = 0; r < nh; r++) ids[ND + r] = hid((step * 5 + r * 3) % 90); /* new ones, and dups */
+    for (r = 0; r < ND * DIM0 + nh * DIM1; r++) grads[r] = (float)((int)((step + r) % 9) - 4) * 0.125f;
+    off[0] = 0, off[1] = ND, off[2] = ND + nh;
     EMCT_OK(emc_lookup(other, ids, off, got, NULL)); /* the other caches the old rows */
-    EMCT_OK(emc_apply_gradients(w, ids, off, grads, &o, NULL));
+#ifdef EMCT_GPU
+    if (step % 4 >= 2) { /* device memory */
+      ck_assert_int_eq(cudaMemcpy(ids_d, ids, sizeof ids, cudaMemcpyHostToDevice), cudaSuccess);
+      ck_assert_int_eq(cudaMemcpy(grads_d, grads, sizeof grads, cudaMemcpyHostToDevice), cudaSuccess);
+      idp = ids_d;
+      gp = grads_d;
+    }
+#endif
+    EMCT_OK(emc_apply_gradients(w, idp, off, gp, &o, NULL));
     EMCT_OK(emc_apply_gradients(rc, ids, off, grads, &o, NULL));
     EMCT_OK(emc_lookup(other, ids, off, got, NULL));
     EMCT_OK(emc_lookup(rc, ids, off, want, NULL));
-    ck_assert_msg(emct_first_diff(got, want, n * DIM0 * 4) == -1, "step %llu: rows differ",
+    ck_assert_msg(emct_first_diff(got, want, bytes) == -1, "config %d, step %llu: rows differ", _i,
                   (unsigned long long)step);
+    EMCT_OK(emc_lookup(w, ids, off, got, NULL));
+    ck_assert_msg(emct_first_diff(got, want, bytes) == -1, "config %d, step %llu: the stepping "
+                  "cache's rows differ", _i, (unsigned long long)step);
     check_clean(w, "stepping cache");
   }
   for (r = 0; r < 64; r++) ids[r] = r;
@@ -316,6 +342,15 @@ START_TEST(gradient_steps_reach_every_cache) {
   EMCT_OK(emc_store_read_state(s2, 0, ids, 64, sa));
   EMCT_OK(emc_store_read_state(ref, 0, ids, 64, sr));
   ck_assert_int_eq(emct_first_diff(sa, sr, sizeof sa), -1);
+  if (nh) { /* the hashed rows and states, every id stepped */
+    for (r = 0; r < 64; r++) ids[r] = hid(r);
+    EMCT_OK(emc_store_read(s2, 1, ids, 64, got));
+    EMCT_OK(emc_store_read(ref, 1, ids, 64, want));
+    ck_assert_int_eq(emct_first_diff(got, want, 64 * DIM1 * 2), -1);
+    EMCT_OK(emc_store_read_state(s2, 1, ids, 64, sa));
+    EMCT_OK(emc_store_read_state(ref, 1, ids, 64, sr));
+    ck_assert_int_eq(emct_first_diff(sa, sr, sizeof sa), -1);
+  }
   EMCT_OK(emc_cache_destroy(a));
   EMCT_OK(emc_cache_destroy(b));
   EMCT_OK(emc_cache_destroy(rc));
@@ -323,6 +358,10 @@ START_TEST(gradient_steps_reach_every_cache) {
   emc_store_destroy(s);
   emc_store_destroy(ref);
   EMCT_OK(emc_store_unlink(name));
+#ifdef EMCT_GPU
+  cudaFree(ids_d);
+  cudaFree(grads_d);
+#endif
 }
 END_TEST
 
@@ -609,7 +648,7 @@ int main(void) {
 #endif
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, caches_see_each_others_writes);
-  tcase_add_test(tc, gradient_steps_reach_every_cache);
+  tcase_add_loop_test(tc, gradient_steps_reach_every_cache, 0, 3);
   tcase_add_test(tc, scribbles_of_another_process);
   tcase_add_test(tc, processes_never_read_outdated_rows);
   suite_add_tcase(su, tc);
