@@ -110,19 +110,31 @@ static void admit_one(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uint6
   else (*skipped)++;
 }
 
-/* Admit a queued batch's records in order, the writer lock held. Store rows are prefetched a
- * few records ahead (a dense row's address is known; a hashed row's takes a map probe, done
- * in admit_one anyway). */
-#define ADMIT_AHEAD 4u
+/* Admit a batch's records in order, the writer lock held. Each admission is a chain of
+ * misses to memory (the key's index bucket, the store row, for a hashed id its map slot first),
+ * so record i + ADMIT_AHEAD's are prefetched while record i is admitted: every line of a dense
+ * store row, a hashed id's home map slot, the key's home bucket. */
+#define ADMIT_AHEAD 8u
+static void admit_prefetch(const emc_cache *c, const emc__admit_batch *b, uint64_t i) {
+  const emc__host_cache *h = c->host;
+  const emc__table *ta = &c->store->tables[b->table[i]];
+  uint64_t bk = emc__home_bucket(b->key[i], h->ix.n_buckets);
+  __builtin_prefetch(h->ix.key_bits == 32 ? (const void *)((const uint32_t *)h->ix.keys + bk * EMC__BUCKET)
+                                          : (const void *)((const uint64_t *)h->ix.keys + bk * EMC__BUCKET));
+  if (ta->kind == EMC_TABLE_DENSE) {
+    const char *p = (const char *)emc__store_row(ta, b->id[i]), *end = p + ta->full_bytes;
+    for (p = (const char *)((uintptr_t)p & ~(uintptr_t)63); p < end; p += 64) __builtin_prefetch(p);
+  } else {
+    __builtin_prefetch(&ta->map_rowp1[emc__map_home(b->id[i], ta->map_cap)]);
+  }
+}
+
 static void admit_records(emc_cache *c, const emc__admit_batch *b, unsigned char *row,
                           uint64_t *admitted, uint64_t *skipped) {
-  const emc_store *s = c->store;
   uint64_t i;
+  for (i = 0; i < b->n && i < ADMIT_AHEAD; i++) admit_prefetch(c, b, i);
   for (i = 0; i < b->n; i++) {
-    if (i + ADMIT_AHEAD < b->n) {
-      const emc__table *ta = &s->tables[b->table[i + ADMIT_AHEAD]];
-      if (ta->kind == EMC_TABLE_DENSE) __builtin_prefetch(emc__store_row(ta, b->id[i + ADMIT_AHEAD]));
-    }
+    if (i + ADMIT_AHEAD < b->n) admit_prefetch(c, b, i + ADMIT_AHEAD);
     admit_one(c, b->table[i], b->id[i], b->key[i], b->now, row, admitted, skipped);
   }
 }
@@ -161,21 +173,25 @@ static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offs
                          const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
                          uint64_t now) {
   emc__host_cache *h = c->host;
-  uint64_t admitted = 0, skipped = 0, i;
-  uint32_t t;
+  uint64_t admitted = 0, skipped = 0;
   unsigned char *row;
+  emc__admit_batch *b;
   if (pthread_mutex_trylock(&h->lock) != 0) {
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }
-  if (!(row = emc__malloc(h->max_stride))) { /* one row (and state) of the widest table */
+  /* the misses packed (a batch, as the admission thread takes them), then admitted in the
+   * lookup's order with their memory prefetched ahead (admit_records) */
+  row = emc__malloc(h->max_stride); /* one row (and state) of the widest table */
+  b = row ? batch_of(c, ids, offsets, keys, kind, to_admit, now) : NULL;
+  if (!b) {
+    free(row);
     pthread_mutex_unlock(&h->lock);
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }
-  for (t = 0; t < c->store->n_tables; t++) /* straight from the lookup's positions */
-    for (i = offsets[t]; i < offsets[t + 1]; i++)
-      if (kind[i] & EMC__R_ADMIT) admit_one(c, t, ids[i], keys[i], now, row, &admitted, &skipped);
+  admit_records(c, b, row, &admitted, &skipped);
+  free(b);
   free(row);
   emc__hix_maintain(c, 0);
   if (__atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED) > h->high_bytes) h->calls_above_high++;

@@ -105,7 +105,9 @@ emc_status emc_device_count(int *out) {
 #define emc__cuda_shared_sync(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_shared_sync_held(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_shared_refuse_capture(c, s) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
-#define emc__cuda_shared_args(c, i, o, b, g, s, hi, ho, hb) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
+#define emc__cuda_shared_args(c, i, o, b, g, s, hi, ho, hb)                                     \
+  ((void)(c), (void)(i), (void)(o), (void)(b), (void)(g), (void)(s), (void)(hi), (void)(ho),   \
+   (void)(hb), EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA"))
 #define emc__cuda_quiesce(c) EMC_FAIL(EMC_EUNSUPPORTED, "built without CUDA")
 #define emc__cuda_count_host_writes(c, i, g) ((void)(c))
 #endif
