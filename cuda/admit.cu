@@ -4,7 +4,7 @@
  *
  * Writer calls (admission of a lookup's misses, insert, flush) run on the cache's writer
  * stream one after another (or inside a caller's captured graph, ordered with the writer
- * stream by events: cache_cuda.cu), beside any number of lookups. No kernel waits for another.
+ * stream by events: streams.cu), beside any number of lookups. No kernel waits for another.
  * The sequence for a lookup's misses:
  *   begin    (1 thread) tick the clock, reset the call's state
  *   demand   (1 block) the call's demand (misses per table times their stride); decide on the
@@ -35,7 +35,7 @@
 /* ---------------------------------------------------------------- begin */
 /* A writer call starts: the clock ticks, the call's state is reset (here, not by the previous
  * call's end: a call that failed half-enqueued leaves nothing behind). No lock: writer calls
- * are ordered by stream order and events (cache_cuda.cu, "Streams and ordering"); a device
+ * are ordered by stream order and events (streams.cu, "Streams and ordering"); a device
  * lock spun on across streams, and could be left held by an error path (defects 3 and 4). */
 __global__ void k_wr_begin(const __grid_constant__ wr_args A) {
   const dview &V = A.V;

@@ -1,6 +1,8 @@
 /*
- * cache_cuda.h: the CUDA backend's host-side state, shared by cache_cuda.cu (lifecycle, streams,
- * scratch pool, the API calls) and check.cu (white-box checks, profiling).
+ * cache_cuda.h: the CUDA backend's host-side state, shared by cache_cuda.cu (lifecycle, the
+ * lookup and the calls' arguments), streams.cu (writer sections, the scratch pool), report.cu
+ * (flush, stats), train_calls.cu, sync.cu (a shared store) and check.cu (white-box checks,
+ * profiling).
  */
 #ifndef EMC_CACHE_CUDA_H
 #define EMC_CACHE_CUDA_H
@@ -50,7 +52,7 @@ struct cap_ticket {
   int released; /* atomic */
 };
 
-/* The order of a capture's writer sections: the event after its last one (cache_cuda.cu,
+/* The order of a capture's writer sections: the event after its last one (streams.cu,
  * "Streams and ordering"). */
 #define EMC_CAPTURES 8u
 typedef struct cap_chain {
@@ -128,9 +130,15 @@ void emc__cuda_prof_collect(emc__cuda_cache *k);
 void emc__cuda_prof_print(emc__cuda_cache *k);
 
 emc_status emc__cuda_fail(cudaError_t e, const char *what);
+/* Return the call's failure (emc__cuda_fail) from a function returning emc_status. */
+#define CU(call)                                              \
+  do {                                                        \
+    cudaError_t e_ = (call);                                  \
+    if (e_ != cudaSuccess) return emc__cuda_fail(e_, #call);  \
+  } while (0)
 
 /* ---------------------------------------------------------------- shared by the calls
- * (cache_cuda.cu; the training calls live in train_calls.cu) */
+ * (cache_cuda.cu, streams.cu; the training calls live in train_calls.cu) */
 /* Lock the cache's host state (k->lock) and select its device (the caller's current device is
  * kept and restored by emc__cuda_leave, which unlocks: every call leaves it as it found it). */
 emc_status emc__cuda_enter(emc__cuda_cache *k);
@@ -153,7 +161,7 @@ emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_
                                 const void *buf, const char *buf_name, cudaStream_t st,
                                 const uint64_t **offs, uint64_t *n, size_t *bytes);
 /* A scratch slot for n positions, `bytes` of row staging and `gbytes` of gradient scratch,
- * ready in st's order (see cache_cuda.cu). Caller holds k->lock. */
+ * ready in st's order (see streams.cu). Caller holds k->lock. */
 emc_status emc__cuda_acquire_slot(emc__cuda_cache *k, uint64_t n, size_t bytes, size_t gbytes,
                                   cudaStream_t st, int captured, emc__scratch **out);
 /* A call failed after part of it may be enqueued on st (and on the writer stream): the slot
@@ -173,6 +181,10 @@ void emc__cuda_capture_abandon(cudaStream_t st);
 /* Captured slots whose graphs are gone, freed; the number still held (tests). Caller holds
  * k->lock. */
 uint32_t emc__cuda_reap_captured(emc__cuda_cache *k);
+/* A lookup's writer call on st (begin, the body, end: the graph a slot captures). */
+cudaError_t emc__cuda_writer_call(emc__cuda_cache *k, const dcall *C, cudaStream_t st);
+/* A slot's device and host buffers, events and graph freed (destroy; streams.cu). */
+void emc__cuda_free_slot(emc__scratch *S);
 /* The writer call's stages after begin and before end, for a call's misses: demand, evict,
  * admit, repack. */
 cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream_t st);

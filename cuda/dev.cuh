@@ -15,7 +15,10 @@
  *   train    train.cu    prefetch pins, gradient updates, inserts, dedup (the batch sorted by
  *                        id on the caller's stream, the cache's part in a writer call)
  *   check    check.cu    the white-box walk of every device structure
- *   cache_cuda.cu        lifecycle, streams, scratch pool, the API calls
+ *   sync     sync.cu     a shared store: copies refreshed from its update log
+ *   cache_cuda.cu        lifecycle, the calls' arguments, the lookup call
+ *   streams.cu           writer sections and their order, the per-call scratch pool
+ *   report.cu            emc_flush and its reports, stats
  */
 #ifndef EMC_DEV_CUH
 #define EMC_DEV_CUH
@@ -100,7 +103,7 @@ typedef struct dglob {
   ull call_errs;                      /* refused calls since create */
   uint32_t err_code, err_table;       /* the first since the last flush: emc_status, table */
   uint32_t err_why, pad2_;            /* ... its reason (TR_WHY_*) */
-  /* writer sections are ordered by events (cache_cuda.cu): one that begins while another is
+  /* writer sections are ordered by events (streams.cu): one that begins while another is
    * open is counted, never waited for */
   uint32_t writer_in;                 /* a section is open (k_wr_begin .. k_wr_end) */
   uint32_t pf_open;                   /* a prefetch released its ring list (k_pf_release) and

@@ -143,7 +143,7 @@ static emc_status enqueue_failed(tcall *tc, cudaError_t e, const char *what) {
 
 /* The writer call of an update or a prefetch: on the writer stream after the caller's stream
  * (or, under capture, on the caller's stream), ordered with the other writer sections by
- * events (cache_cuda.cu, "Streams and ordering"). A stage that fails to enqueue still gets
+ * events (streams.cu, "Streams and ordering"). A stage that fails to enqueue still gets
  * the section's end when that can be enqueued (defect 4). */
 static cudaError_t writer(tcall *tc) {
   emc__cuda_cache *k = tc->k;
