@@ -47,6 +47,14 @@ typedef struct dsync {
   uint64_t id, srow;
 } dsync;
 
+/* Entries in (table, id) order: one warp per row however often the log names it (two warps
+ * refreshing one copy at once would each take its entry word BUSY). */
+static int dsync_cmp(const void *a, const void *b) {
+  const dsync *x = (const dsync *)a, *y = (const dsync *)b;
+  if (x->table != y->table) return x->table < y->table ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
 /* ---------------------------------------------------------------- kernels (writer stream) */
 /* Refresh the copy of (table t, id) from store row srow, if this cache holds it: the writer
  * protocol (BUSY entry word, the row and its state, a fresh meta with the pins and flags kept).
@@ -178,6 +186,13 @@ emc_status emc__cuda_shared_sync_locked(emc_cache *c) {
     ents[n].id = id;
     ents[n].srow = (uint64_t)srow;
     n++;
+  }
+  if (!wrapped && n > 1) { /* each row once */
+    uint32_t i, m = 1;
+    qsort(ents, n, sizeof *ents, dsync_cmp);
+    for (i = 1; i < n; i++)
+      if (ents[i].table != ents[m - 1].table || ents[i].id != ents[m - 1].id) ents[m++] = ents[i];
+    n = m;
   }
   if ((e = emc__cuda_section_open(k, k->writer, 0)) != cudaSuccess) goto cuda;
   if (wrapped) {
