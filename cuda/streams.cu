@@ -95,7 +95,7 @@ static size_t carve(emc__scratch *S, unsigned char *mem, uint64_t n, size_t byte
 }
 
 /* The writer call after a lookup on this slot: demand, evict, admit, repack (between the
- * section's begin and end, writer_call). */
+ * section's begin and end, emc__cuda_writer_call). */
 cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
   cudaError_t e = emc__cu_wr_demand(k, C, st);
   if (e == cudaSuccess) e = emc__cu_evict(k, st);

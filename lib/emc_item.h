@@ -387,7 +387,7 @@ EMC_HD uint64_t emc__global_key(const emc__table_code *tc, uint64_t id, uint64_t
  * sequence), a write-back cell (cuda/dev.cuh), a re-pack step (begun and ended inside one
  * kernel: cuda/maint.cu). Its retries back off (__nanosleep on the device, sched_yield on the
  * host). Device writer calls are ordered by stream order and events, never by a device lock
- * (cuda/cache_cuda.cu, "Streams and ordering"). The CPU model of the device (cuda/sim/) stops
+ * (cuda/streams.cu, "Streams and ordering"). The CPU model of the device (cuda/sim/) stops
  * a kernel that waits longer than its watchdog allows and reports it.
  * Writer protocol (all writers of a cache are serialized; release fences order the steps):
  *   admit    write the row (and owner) into a free slot; fence; lm = (slot, fresh meta);
