@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """check_ptx: what the CUDA lookup path costs, read from the compiler (no GPU needed).
 
-Compiles every cuda/*.cu for sm_90 (-O3) to PTX and to a cubin with ptxas -v, then, for every
-kernel whose name contains "lookup":
+Compiles every cuda/*.cu that defines kernels for sm_90 (-O3) to a cubin with ptxas -v, keeping
+the PTX (one nvcc run per file, two at a time), then, for every kernel whose name contains
+"lookup":
   - counts the fence / membar / ld.acquire instructions in its PTX: at most 2 (the reader
     protocol's two fences per tile; an acquire load or fence per row or per probed key would
     be an L1 invalidation each on sm_90);
@@ -13,6 +14,7 @@ violation or when no lookup kernel is found.
 usage: check_ptx.py --nvcc PATH --src DIR [--arch sm_90]
 """
 import argparse
+import concurrent.futures
 import glob
 import os
 import re
@@ -61,25 +63,35 @@ def main():
     if not files:
         print("check_ptx: no cuda/*.cu under", a.src)
         return 1
+    # only files that define kernels (the others hold host code: nothing to read); one nvcc
+    # run each (the cubin with ptxas -v, the PTX kept beside it), two at a time
+    files = [f for f in files if "__global__" in open(f).read()]
     bad, lookups = [], 0
     rows = []
+
+    def compile_one(f, tmp):
+        keep = tempfile.mkdtemp(dir=tmp)
+        cmd = [a.nvcc, "-arch=" + a.arch, "-O3"] + inc + ["-cubin", "-Xptxas", "-v", "--keep",
+                                                          "--keep-dir", keep, f, "-o",
+                                                          os.path.join(keep, "out.cubin")]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        ptx = ""
+        if r.returncode == 0:
+            for name in sorted(os.listdir(keep)):
+                if name.endswith(".ptx"):
+                    with open(os.path.join(keep, name)) as fh:
+                        ptx += fh.read()
+        return f, r, ptx
+
     with tempfile.TemporaryDirectory() as tmp:
-        for f in files:
-            base = os.path.join(tmp, os.path.basename(f))
-            common = [a.nvcc, "-arch=" + a.arch, "-O3"] + inc
-            r = subprocess.run(common + ["-ptx", f, "-o", base + ".ptx"], capture_output=True, text=True)
-            if r.returncode != 0:
-                print(r.stdout, r.stderr)
-                print("check_ptx: nvcc -ptx failed for", f)
-                return 1
-            r2 = subprocess.run(common + ["-cubin", "-Xptxas", "-v", f, "-o", base + ".cubin"],
-                                capture_output=True, text=True)
-            if r2.returncode != 0:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as ex:
+            done = list(ex.map(lambda f: compile_one(f, tmp), files))
+        for f, r2, ptx in done:
+            if r2.returncode != 0 or not ptx:
                 print(r2.stdout, r2.stderr)
-                print("check_ptx: nvcc -cubin failed for", f)
+                print("check_ptx: nvcc -cubin failed (or kept no PTX) for", f)
                 return 1
-            with open(base + ".ptx") as fh:
-                entries = ptx_entries(fh.read())
+            entries = ptx_entries(ptx)
             sp = spills(r2.stdout + r2.stderr)
             for name, body in sorted(entries.items()):
                 fences = len(FENCE.findall(body))

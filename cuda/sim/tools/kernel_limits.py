@@ -80,7 +80,9 @@ def main():
     else:
         with tempfile.TemporaryDirectory() as tmp:
             with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
-                futs = [ex.submit(one, a.nvcc, a.incs, f, tmp) for f in a.files]
+                # (a file without kernels has nothing to report: not compiled)
+                kern = [f for f in a.files if "__global__" in open(f).read()]
+                futs = [ex.submit(one, a.nvcc, a.incs, f, tmp) for f in kern]
                 found = {}
                 for fu in futs:
                     found.update(fu.result())
