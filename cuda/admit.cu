@@ -30,7 +30,7 @@
  *            moves on
  * The rows being admitted are in slots no entry names until publish: no pass can evict them.
  */
-#include "dev.cuh"
+#include "dev_cub.cuh"
 
 /* ---------------------------------------------------------------- begin */
 /* A writer call starts: the clock ticks, the call's state is reset (here, not by the previous

@@ -19,6 +19,8 @@
  *   cache_cuda.cu        lifecycle, the calls' arguments, the lookup call
  *   streams.cu           writer sections and their order, the per-call scratch pool
  *   report.cu            emc_flush and its reports, stats
+ * The writer kernels' CUB primitives (block reduce and scan, the warp bitmap search) live in
+ * dev_cub.cuh, which only the files that use them include.
  */
 #ifndef EMC_DEV_CUH
 #define EMC_DEV_CUH
@@ -26,9 +28,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
-#include <cub/warp/warp_scan.cuh>
 
 extern "C" {
 #include "internal.h"
@@ -401,53 +400,6 @@ static inline unsigned grid_for(uint64_t n, unsigned threads) {
   return (unsigned)(b > 4096u ? 4096u : b); /* grid-stride loops do the rest */
 }
 
-/* Block-wide primitives of the writer kernels (CUB), for blocks of EMC_WR_THREADS threads. */
-#define EMC_WR_THREADS 256
-typedef cub::BlockReduce<ull, EMC_WR_THREADS> emc_block_reduce;
-typedef cub::BlockScan<ull, EMC_WR_THREADS> emc_block_scan;
-
-/* Exclusive prefix sums over per-table values in chunks of EMC_WR_THREADS (tables in order):
- * calls f(t, prefix_t, value_t) for every table t < n. All threads of the block call it. */
-template <typename Value, typename F>
-__device__ __forceinline__ void table_scan(uint32_t n, Value value, F f) {
-  __shared__ typename emc_block_scan::TempStorage tmp;
-  __shared__ ull carry;
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (uint32_t t0 = 0; t0 < n; t0 += EMC_WR_THREADS) {
-    uint32_t t = t0 + threadIdx.x;
-    ull mine = t < n ? (ull)value(t) : 0, excl, total;
-    emc_block_scan(tmp).ExclusiveSum(mine, excl, total);
-    if (t < n) f(t, carry + excl, mine);
-    __syncthreads();
-    if (threadIdx.x == 0) carry += total;
-    __syncthreads();
-  }
-}
-
-/* Warp-cooperative free-bit search: the slot index of the k-th (0-based) set bit of a page's
- * bitmap, found with one word per lane and a warp prefix of popcounts (emc__bitmap_nth is its
- * host twin). -1 when fewer bits are set. All 32 lanes call it with the same arguments. */
-__device__ __forceinline__ int64_t warp_bitmap_nth(const uint64_t *words, uint32_t n_words, uint32_t k) {
-  unsigned lane = threadIdx.x & 31u;
-  for (uint32_t base = 0; base < n_words; base += 32) {
-    __shared__ typename cub::WarpScan<uint32_t>::TempStorage scan[8]; /* 8 warps a block */
-    uint64_t x = base + lane < n_words ? words[base + lane] : 0;
-    uint32_t c = (uint32_t)__popcll(x), incl, total;
-    cub::WarpScan<uint32_t>(scan[(threadIdx.x >> 5) & 7u]).InclusiveSum(c, incl, total);
-    if (k < total) {
-      uint32_t excl = incl - c;
-      unsigned hit = __ballot_sync(0xffffffffu, k >= excl && k < incl);
-      int src = __ffs(hit) - 1;
-      uint64_t w = __shfl_sync(0xffffffffu, x, src);
-      uint32_t kk = k - __shfl_sync(0xffffffffu, excl, src), lo = (uint32_t)w, c0 = __popc(lo);
-      uint32_t b = kk < c0 ? __fns(lo, 0, (int)kk + 1) : 32u + __fns((uint32_t)(w >> 32), 0, (int)(kk - c0) + 1);
-      return (int64_t)(base + (uint32_t)src) * 64 + b;
-    }
-    k -= total;
-  }
-  return -1;
-}
 
 /* Cooperative probe: the 8 lanes of group g = lane / 8 probe `key` (the group's key; all
  * lanes of a group pass the same one) together, one bucket per step: each lane loads one key

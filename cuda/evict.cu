@@ -24,7 +24,7 @@
  * Unified entries of earlier passes are dropped, all at once, by the hist kernel when the
  * unified index is three-quarters full.
  */
-#include "dev.cuh"
+#include "dev_cub.cuh"
 
 __device__ __forceinline__ int pass_on(const dview &V) { return V.g->pass_active || V.g->aging; }
 

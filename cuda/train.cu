@@ -45,7 +45,7 @@
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
-#include "dev.cuh"
+#include "dev_cub.cuh"
 #include "train.cuh"
 
 /* ---------------------------------------------------------------- refusal */
