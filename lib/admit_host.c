@@ -176,17 +176,14 @@ static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offs
   uint64_t admitted = 0, skipped = 0;
   unsigned char *row;
   emc__admit_batch *b;
-  if (pthread_mutex_trylock(&h->lock) != 0) {
-    EMC__CNT_ADD(h->n_admit_skipped, to_admit);
-    return;
-  }
-  /* the misses packed (a batch, as the admission thread takes them), then admitted in the
-   * lookup's order with their memory prefetched ahead (admit_records) */
+  /* the misses packed (a batch, as the admission thread takes them; before the lock, which
+   * other lookups only try), then admitted in the lookup's order with their memory
+   * prefetched ahead (admit_records) */
   row = emc__malloc(h->max_stride); /* one row (and state) of the widest table */
   b = row ? batch_of(c, ids, offsets, keys, kind, to_admit, now) : NULL;
-  if (!b) {
+  if (!b || pthread_mutex_trylock(&h->lock) != 0) {
     free(row);
-    pthread_mutex_unlock(&h->lock);
+    free(b);
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     return;
   }

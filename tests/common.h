@@ -215,6 +215,10 @@ int emct_is_zero(const void *p, size_t n);
  * "<suite>: no CUDA device (<detail>): skipped" and returns 0, and the caller exits 77 (CTest's
  * SKIP_RETURN_CODE). Call it first in main: it allocates nothing Check's leak checks see. */
 int emct_gpu_present(const char *suite);
+/* The same question asked in a forked child, so that this process never touches the device and
+ * the processes it forks later may use it: 0 a device, 77 none (skip), 1 the probe failed (it
+ * crashed, or a sanitizer reported): main returns a non-zero answer as it is. */
+int emct_gpu_present_in_child(const char *suite);
 
 /* Run suite s in this process (CK_NOFORK: CUDA does not survive fork) and free it; the exit
  * status for main: 0 when every test passed, else 1. */

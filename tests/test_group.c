@@ -33,7 +33,7 @@ EMCT_SHARED_LOCK_TSAN_OPTIONS
 
 /* Compiled with EMCT_GPU it is test_gpu_group (label gpu): the ranks' caches are CUDA caches
  * (cuda/sync.cu; the CPU model of the device in make test), the references host caches. This
- * process never touches the device (test_shared_cache.c, device_in_child). */
+ * process never touches the device (emct_gpu_present_in_child, tests/common.c). */
 #ifdef EMCT_GPU
 #include "emc_cuda.h"
 #define BACKEND EMC_BACKEND_CUDA
@@ -541,22 +541,6 @@ START_TEST(bad_joins_and_refused_steps) {
 }
 END_TEST
 
-#ifdef EMCT_GPU
-/* A device, asked in a child: this process stays off the device, so its children may use it.
- * 0: a device; 77: none (skip); anything else (the probe crashed, a sanitizer report): fail. */
-static int device_in_child(void) {
-  int stt = 0, ok;
-  pid_t p;
-  fflush(NULL);
-  if ((p = fork()) == 0) {
-    ok = emct_gpu_present("test_gpu_group");
-    fflush(NULL); /* (its "skipped" line) */
-    _exit(ok ? 0 : 77);
-  }
-  if (p < 0 || waitpid(p, &stt, 0) != p) return 1;
-  return WIFEXITED(stt) ? WEXITSTATUS(stt) : 1;
-}
-#endif
 
 int main(void) {
   Suite *su;
@@ -565,12 +549,8 @@ int main(void) {
   int failed;
 #ifdef EMCT_GPU
   { /* (before Check allocates: nothing leaks) */
-    int dev = device_in_child();
-    if (dev != 0) {
-      if (dev != 77)
-        fprintf(stderr, "test_gpu_group: the device probe failed (status %d)\n", dev);
-      return dev == 77 ? 77 : 1;
-    }
+    int dev = emct_gpu_present_in_child("test_gpu_group");
+    if (dev != 0) return dev;
   }
 #endif
   su = suite_create("group");

@@ -629,22 +629,6 @@ START_TEST(processes_never_read_outdated_rows) {
 }
 END_TEST
 
-#ifdef EMCT_GPU
-/* A device, asked in a child: this process stays off the device, so its children may use it.
- * 0: a device; 77: none (skip); anything else (the probe crashed, a sanitizer report): fail. */
-static int device_in_child(void) {
-  int stt = 0, ok;
-  pid_t p;
-  fflush(NULL);
-  if ((p = fork()) == 0) {
-    ok = emct_gpu_present("test_gpu_shared_cache");
-    fflush(NULL); /* (its "skipped" line) */
-    _exit(ok ? 0 : 77);
-  }
-  if (p < 0 || waitpid(p, &stt, 0) != p) return 1;
-  return WIFEXITED(stt) ? WEXITSTATUS(stt) : 1;
-}
-#endif
 
 int main(void) {
   Suite *su;
@@ -653,12 +637,8 @@ int main(void) {
   int failed;
 #ifdef EMCT_GPU
   { /* (before Check allocates: nothing leaks) */
-    int dev = device_in_child();
-    if (dev != 0) {
-      if (dev != 77)
-        fprintf(stderr, "test_gpu_shared_cache: the device probe failed (status %d)\n", dev);
-      return dev == 77 ? 77 : 1;
-    }
+    int dev = emct_gpu_present_in_child("test_gpu_shared_cache");
+    if (dev != 0) return dev;
   }
 #endif
   su = suite_create("shared_cache");
