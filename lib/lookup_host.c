@@ -181,7 +181,9 @@ typedef struct pipe {
   uint16_t stamp;
 } pipe;
 
-static inline void prefetch_lines(const void *p, uint32_t bytes) {
+/* always_inline: see admit_prefetch (admit_host.c); a prefetch-only function that is not
+ * inlined early may be judged pure and its calls deleted */
+static inline __attribute__((always_inline)) void prefetch_lines(const void *p, uint32_t bytes) {
   const char *a = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
   for (; a + 64 < end; a += 128) { /* two lines a step */
     __builtin_prefetch(a, 0, 3);
