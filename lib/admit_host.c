@@ -58,9 +58,9 @@ int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t 
   } else {
     emc__hix_insert(c, key, lm, emc__stamp_of(now));
   }
-  __atomic_fetch_add(&h->bytes_in_use, L->stride, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
-  if (dirty) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+  EMC__WR_ADD(h->bytes_in_use, L->stride);
+  EMC__WR_ADD(h->rows_cached[t], 1);
+  if (dirty) EMC__WR_ADD(h->dirty_rows, 1);
   return 1;
 }
 

@@ -123,8 +123,8 @@ void emc__update_in_place(emc_cache *c, uint32_t t, int64_t pos, uint64_t lm,
                  emc__lm_make(loc, emc__next_meta(h, (dirty ? EMC__META_DIRTY : 0) |
                                                          (emc__lm_meta(lm) & EMC__META_PINS))));
   EMC__TP(EMC__TP_WRITE, "update: lm published");
-  if (dirty && !(lm & EMC__LM_DIRTY)) __atomic_fetch_add(&h->dirty_rows, 1, __ATOMIC_RELAXED);
-  if (!dirty && (lm & EMC__LM_DIRTY)) __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+  if (dirty && !(lm & EMC__LM_DIRTY)) EMC__WR_ADD(h->dirty_rows, 1);
+  if (!dirty && (lm & EMC__LM_DIRTY)) EMC__WR_SUB(h->dirty_rows, 1);
 }
 
 emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
@@ -230,7 +230,7 @@ emc_status emc__host_flush(emc_cache *c) {
     /* only the DIRTY bit changes: readers ignore it, so no new meta */
     EMC_ST_RELEASE(&h->ix.lm[i], lm & ~EMC__LM_DIRTY);
     EMC__TP(EMC__TP_WRITE, "flush: row clean");
-    __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+    EMC__WR_SUB(h->dirty_rows, 1);
   }
   pthread_mutex_unlock(&h->lock);
   return EMC_OK;

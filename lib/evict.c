@@ -45,7 +45,7 @@ void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc) {
     if (row < 0) return; /* cannot happen: hashed rows get their store row when cached */
   }
   emc__store_full_write(c->store, t, (uint64_t)row, emc__slot_row(pg, L, s)); /* row, state */
-  EMC__CNT_ADD(h->n_writebacks, 1);
+  EMC__WR_ADD(h->n_writebacks, 1);
 }
 
 /* Age of the entry at pos, with its stamp clamped (rewritten) to EMC__AGE_CLAMP. */
@@ -103,7 +103,7 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
   /* 1. the store gets the row before anyone can miss it */
   if (lm & EMC__LM_DIRTY) {
     emc__write_back(c, t, key, loc);
-    __atomic_fetch_sub(&h->dirty_rows, 1, __ATOMIC_RELAXED);
+    EMC__WR_SUB(h->dirty_rows, 1);
     EMC__TP(EMC__TP_WRITE, "evict: written back");
   }
   /* 2. the entry goes, or points at the hashed row's store row (a unified-index entry) */
@@ -124,9 +124,9 @@ static uint32_t evict_entry(emc_cache *c, uint64_t pos, uint32_t t, uint64_t key
   }
   /* 3. the slot is free */
   emc__pool_free(h, t, loc);
-  __atomic_fetch_sub(&h->bytes_in_use, stride, __ATOMIC_RELAXED);
-  __atomic_fetch_sub(&h->rows_cached[t], 1, __ATOMIC_RELAXED);
-  EMC__CNT_ADD(h->n_evictions, 1);
+  EMC__WR_SUB(h->bytes_in_use, stride);
+  EMC__WR_SUB(h->rows_cached[t], 1);
+  EMC__WR_ADD(h->n_evictions, 1);
   return stride;
 }
 
@@ -189,7 +189,7 @@ static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
   uint64_t need = to_low > to_fit ? to_low : to_fit, acc = 0, freed = 0, i;
   uint32_t cut, top = 0; /* buckets [top, EMC__HIST_BUCKETS) are empty */
   if (need == 0) return;
-  EMC__CNT_ADD(h->n_passes, 1);
+  EMC__WR_ADD(h->n_passes, 1);
   if (h->host_entries > 0 &&
       h->host_entries >= c->cfg.unified_index_rows - c->cfg.unified_index_rows / 4)
     drop_unified(c);

@@ -117,7 +117,7 @@ int64_t emc__pool_alloc(emc__host_cache *h, uint32_t t) {
     ph->gen++;
     emc__bitmap_fill(emc__page_bitmap(ph, L), L->n_words, L->n_slots);
     partial_push(h, t, p);
-    __atomic_fetch_add(&h->pages_held, 1, __ATOMIC_RELAXED);
+    EMC__WR_ADD(h->pages_held, 1);
   }
   ph = emc__hdr_at(h, p);
   bm = emc__page_bitmap(ph, L);
@@ -143,6 +143,6 @@ void emc__pool_free(emc__host_cache *h, uint32_t t, uint32_t loc) {
     ph->next = h->free_page_head;
     h->free_page_head = p;
     h->free_pages++;
-    __atomic_fetch_sub(&h->pages_held, 1, __ATOMIC_RELAXED);
+    EMC__WR_SUB(h->pages_held, 1);
   }
 }
