@@ -45,7 +45,8 @@ def main():
     insn = re.compile(r"^\s*[0-9a-f]+:\s+(prefetch\w*|prfm)\b", re.M)
     counts, member = {}, None
     for line in out.splitlines():
-        m = re.match(r"^(\S+\.o):\s+file format", line)
+        # GNU objdump: "alloc.c.o:     file format ..."; llvm-objdump: "lib.a(alloc.c.o): ..."
+        m = re.match(r"^(?:\S*\()?([^()\s]+\.o)\)?:\s+file format", line)
         if m:
             member = os.path.basename(m.group(1))
             counts.setdefault(member, 0)
