@@ -119,7 +119,9 @@ static void admit_one(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uint6
  * unused is deleted. As a plain static function this one never reached the binary (no
  * prefetch instruction in admit_records until it was inlined). */
 #define ADMIT_AHEAD 8u
-static inline __attribute__((always_inline)) void admit_prefetch(const emc_cache *c, const emc__admit_batch *b, uint64_t i) {
+static inline __attribute__((always_inline)) void admit_prefetch(const emc_cache *c,
+                                                                 const emc__admit_batch *b,
+                                                                 uint64_t i) {
   const emc__host_cache *h = c->host;
   const emc__table *ta = &c->store->tables[b->table[i]];
   uint64_t bk = emc__home_bucket(b->key[i], h->ix.n_buckets);

@@ -87,7 +87,7 @@ struct emc__host_cache {
   uint64_t aged_at;           /* clock of the last stamp-aging scan (atomic) */
   pthread_mutex_t lock;
   int lock_ok;                /* lock initialised */
-  /* counters (atomic: lookups add to them without the lock) */
+  /* counters (atomic: lookups, and writers once they let the lock go, add to them) */
   uint64_t n_lookups, n_hits, n_misses, n_absent, n_admissions, n_admit_skipped, n_inserts,
       n_retries, n_unified;
   /* counters of the writer side (EMC__WR_ADD), read by anyone */
@@ -125,10 +125,10 @@ struct emc__host_cache {
  * waits until every earlier store has reached the cache, and a writer's earlier stores miss
  * (a row into a cold slot, an entry word): one locked add per admitted or evicted row made
  * those misses wait one after another (admission's emc__admit_row: 2.7 % of a default
- * emc-bench run's samples, three quarters of them behind its locked adds; 0.4 % without). */
-#define EMC__WR_ADD(field, v)                                                                       \
+ * emc-bench run's samples, three quarters of them behind its locked adds; 0.7 % without). */
+#define EMC__WR_ADD(field, v) \
   __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (v), __ATOMIC_RELAXED)
-#define EMC__WR_SUB(field, v)                                                                       \
+#define EMC__WR_SUB(field, v) \
   __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) - (v), __ATOMIC_RELAXED)
 #define EMC__LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
