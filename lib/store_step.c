@@ -24,6 +24,24 @@ static emc_status check_capacity(const emc_store *s, const uint64_t *ids, const 
   return EMC_OK;
 }
 
+void emc__group_positions(const uint32_t *inv, uint32_t base, uint64_t n, uint64_t nu,
+                          uint64_t *start, uint64_t *fill, uint64_t *order) {
+  uint64_t p, u;
+  memset(start, 0, (nu + 1) * sizeof *start);
+  for (p = 0; p < n; p++) start[inv[p] - base + 1]++;
+  for (u = 0; u < nu; u++) start[u + 1] += start[u];
+  memcpy(fill, start, nu * sizeof *fill);
+  for (p = 0; p < n; p++) order[fill[inv[p] - base]++] = p;
+}
+
+void emc__merge_grads(float *acc, const float *gt, const uint64_t *order, uint64_t a, uint64_t b,
+                      uint32_t dim, emc_grad_merge merge) {
+  uint64_t q;
+  memcpy(acc, gt + order[a] * dim, dim * sizeof *acc);
+  for (q = a + 1; q < b; q++) emc__grad_add(acc, gt + order[q] * dim, dim);
+  if (merge == EMC_MERGE_MEAN) emc__grad_mean(acc, (uint32_t)(b - a), dim);
+}
+
 static emc_status no_row(const emc__table *tb, uint32_t t, uint64_t id) {
   return EMC_FAIL(EMC_ECORRUPT, "table %u ('%s'): id %llu has no valid store row (the shared "
                   "segment's id map was written over); rows before it were written", t, tb->name,
@@ -52,7 +70,7 @@ emc_status emc__store_step_insert(emc_store *s, const uint64_t *ids, const uint6
 
 emc_status emc__store_step_apply(emc_store *s, const uint64_t *ids, const uint64_t *offsets,
                                  const float *grads, const emc_optimizer *opt, uint64_t *rows) {
-  uint64_t total = offsets[s->n_tables], uoff[EMC_MAX_TABLES + 1], u, p, most_dim = 1,
+  uint64_t total = offsets[s->n_tables], uoff[EMC_MAX_TABLES + 1], u, most_dim = 1,
            most_bytes = 16;
   uint64_t *uniq = NULL, *start = NULL, *order = NULL, *fill = NULL;
   uint32_t *inv = NULL, t;
@@ -84,19 +102,12 @@ emc_status emc__store_step_apply(emc_store *s, const uint64_t *ids, const uint64
     uint64_t o = offsets[t], n = offsets[t + 1] - o, u0 = uoff[t], nu = uoff[t + 1] - u0;
     uint32_t dim = tb->dim;
     if (n == 0) continue;
-    /* positions of each distinct id, in increasing order (counting sort by inv) */
-    memset(start, 0, (nu + 1) * sizeof *start);
-    for (p = 0; p < n; p++) start[inv[o + p] - u0 + 1]++;
-    for (u = 0; u < nu; u++) start[u + 1] += start[u];
-    memcpy(fill, start, nu * sizeof *fill);
-    for (p = 0; p < n; p++) order[fill[inv[o + p] - u0]++] = p;
+    emc__group_positions(inv + o, (uint32_t)u0, n, nu, start, fill, order);
     for (u = 0; u < nu; u++) {
-      uint64_t q = start[u], id = uniq[u0 + u];
+      uint64_t id = uniq[u0 + u];
       int64_t row;
       float state = 0.0f;
-      memcpy(acc, gt + order[q] * dim, dim * sizeof *acc);
-      for (q++; q < start[u + 1]; q++) emc__grad_add(acc, gt + order[q] * dim, dim);
-      if (opt->merge == EMC_MERGE_MEAN) emc__grad_mean(acc, (uint32_t)(start[u + 1] - start[u]), dim);
+      emc__merge_grads(acc, gt, order, start[u], start[u + 1], dim, opt->merge);
       row = tb->kind == EMC_TABLE_DENSE ? (int64_t)id : emc__store_find_or_add(s, t, id, NULL);
       if (row < 0) {
         st = no_row(tb, t, id);

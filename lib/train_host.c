@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "host_cache.h"
+#include "store_step.h"
 
 /* ================================================================= dedup */
 typedef struct dd_scratch {
@@ -444,7 +445,7 @@ emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *of
                            const float *grads, const emc_optimizer *opt) {
   emc__host_cache *h = c->host;
   emc_store *s = c->store;
-  uint64_t total = offsets[s->n_tables], now, nu = 0, u, p, bytes = 0, most_dim = 1;
+  uint64_t total = offsets[s->n_tables], now, nu = 0, u, bytes = 0, most_dim = 1;
   uint64_t *uniq = NULL, *start = NULL, *order = NULL, *fill = NULL;
   uint32_t *inv = NULL, t;
   float *acc = NULL;
@@ -502,19 +503,10 @@ emc_status emc__host_apply(emc_cache *c, const uint64_t *ids, const uint64_t *of
     uint64_t o = offsets[t], n = offsets[t + 1] - o, dim = tb->dim;
     if (n == 0) continue;
     nu = dd_segment(&d, ids + o, n, uniq, inv);
-    /* positions of each distinct id, in increasing order (counting sort by inv) */
-    memset(start, 0, (nu + 1) * sizeof *start);
-    for (p = 0; p < n; p++) start[inv[p] + 1]++;
-    for (u = 0; u < nu; u++) start[u + 1] += start[u];
-    memcpy(fill, start, nu * sizeof *fill);
-    for (p = 0; p < n; p++) order[fill[inv[p]]++] = p;
+    emc__group_positions(inv, 0, n, nu, start, fill, order);
     for (u = 0; u < nu; u++) {
-      uint64_t q = start[u];
       uint64_t key = emc__global_key(&c->codec.tables[t], uniq[u], c->codec.hash_seed);
-      memcpy(acc, gt + order[q] * dim, dim * sizeof *acc);
-      for (q++; q < start[u + 1]; q++) emc__grad_add(acc, gt + order[q] * dim, (uint32_t)dim);
-      if (opt->merge == EMC_MERGE_MEAN)
-        emc__grad_mean(acc, (uint32_t)(start[u + 1] - start[u]), (uint32_t)dim);
+      emc__merge_grads(acc, gt, order, start[u], start[u + 1], (uint32_t)dim, opt->merge);
       if ((st = apply_row(c, t, uniq[u], key, acc, opt, buf, now)) != EMC_OK) break;
     }
     EMC__CNT_ADD(h->n_grad_rows, u);

@@ -160,6 +160,19 @@ static void expect_all(emc_cache *c, uint32_t t, uint64_t n, const int64_t *want
   free(where);
 }
 
+/* The 64 rows of ids (`bytes` in all) and their optimizer states, bitwise equal in stores a
+ * and b (got, want: scratch of `bytes`). */
+static void same_rows_and_states(emc_store *a, emc_store *b, uint32_t t, const uint64_t *ids,
+                                 size_t bytes, unsigned char *got, unsigned char *want) {
+  float sa[64], sb[64];
+  EMCT_OK(emc_store_read(a, t, ids, 64, got));
+  EMCT_OK(emc_store_read(b, t, ids, 64, want));
+  ck_assert_int_eq(emct_first_diff(got, want, bytes), -1);
+  EMCT_OK(emc_store_read_state(a, t, ids, 64, sa));
+  EMCT_OK(emc_store_read_state(b, t, ids, 64, sb));
+  ck_assert_int_eq(emct_first_diff(sa, sb, sizeof sa), -1);
+}
+
 static void check_clean(emc_cache *c, const char *what) {
   emc_stats st;
   EMCT_OK(emc_get_stats(c, &st));
@@ -287,7 +300,6 @@ START_TEST(gradient_steps_reach_every_cache) {
   uint64_t ids[ND + NH], off[3], r, step, nh = _i == 0 ? 0 : NH;
   float grads[ND * DIM0 + NH * DIM1];
   static unsigned char got[64 * DIM0 * 4 + NH * DIM1 * 2], want[64 * DIM0 * 4 + NH * DIM1 * 2];
-  float sa[64], sr[64];
   size_t bytes = ND * DIM0 * 4 + nh * DIM1 * 2;
 #ifdef EMCT_GPU
   void *ids_d = NULL, *grads_d = NULL;
@@ -336,20 +348,10 @@ START_TEST(gradient_steps_reach_every_cache) {
   }
   for (r = 0; r < 64; r++) ids[r] = r;
   EMCT_OK(emc_flush(rc, NULL));
-  EMCT_OK(emc_store_read(s2, 0, ids, 64, got));
-  EMCT_OK(emc_store_read(ref, 0, ids, 64, want));
-  ck_assert_int_eq(emct_first_diff(got, want, 64 * DIM0 * 4), -1);
-  EMCT_OK(emc_store_read_state(s2, 0, ids, 64, sa));
-  EMCT_OK(emc_store_read_state(ref, 0, ids, 64, sr));
-  ck_assert_int_eq(emct_first_diff(sa, sr, sizeof sa), -1);
+  same_rows_and_states(s2, ref, 0, ids, 64 * DIM0 * 4, got, want);
   if (nh) { /* the hashed rows and states, every id stepped */
     for (r = 0; r < 64; r++) ids[r] = hid(r);
-    EMCT_OK(emc_store_read(s2, 1, ids, 64, got));
-    EMCT_OK(emc_store_read(ref, 1, ids, 64, want));
-    ck_assert_int_eq(emct_first_diff(got, want, 64 * DIM1 * 2), -1);
-    EMCT_OK(emc_store_read_state(s2, 1, ids, 64, sa));
-    EMCT_OK(emc_store_read_state(ref, 1, ids, 64, sr));
-    ck_assert_int_eq(emct_first_diff(sa, sr, sizeof sa), -1);
+    same_rows_and_states(s2, ref, 1, ids, 64 * DIM1 * 2, got, want);
   }
   EMCT_OK(emc_cache_destroy(a));
   EMCT_OK(emc_cache_destroy(b));
