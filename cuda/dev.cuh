@@ -87,7 +87,7 @@ typedef struct dglob {
   ull need, cut_need, cut_taken;      /* pass state */
   ull repack_at, repack_left, repacks;/* re-pack sweep */
   uint32_t clock;                     /* one tick per writer call; lookups stamp with it */
-  uint32_t meta_seq;                  /* writers' meta counter (emc_item.h, "index") */
+  uint32_t meta_seq;                  /* writers' meta counter (lib/item/index.h, "index") */
   uint32_t repack_epoch;              /* odd while a re-pack step runs (the index's epoch) */
   uint32_t aged_at;                   /* clock of the last stamp aging */
   uint32_t free_top;                  /* free page stack */
@@ -254,7 +254,7 @@ static inline cudaError_t emc__graph_launch(cudaGraphExec_t g, cudaStream_t st) 
 
 /* ---------------------------------------------------------------- strong accesses
  * Relaxed loads and stores at GPU scope: morally strong, so the fences of the reader protocol
- * order them (lib/emc_item.h, "index"); they bypass L1, where no other SM's writes show.
+ * order them (lib/item/index.h, "index"); they bypass L1, where no other SM's writes show.
  * Under the CPU model (EMCSIM, cuda/sim/) the same accesses are C++ atomics of the same
  * strength, which the model also checks (the address must be reachable by the device) and
  * counts (its forward-progress watchdog): the one switch between the PTX and the model. */
@@ -362,7 +362,7 @@ __device__ __forceinline__ uint32_t wb_cell(uint64_t key) {
  * store row reads the cell before (its first fence) and after (its second): the copy is whole
  * iff no writer was inside and none finished between. A reader thus only ever waits for a
  * write that a running thread has begun and finishes without waiting (the forward-progress
- * rule, lib/emc_item.h "index"); before, readers waited for an epoch that a later kernel of
+ * rule, lib/item/index.h "index"); before, readers waited for an epoch that a later kernel of
  * the writer call published. Admission re-reads from the store a staged copy whose cell moved.
  * The writing thread (lane 0 of a writing warp) calls wb_begin, writes, then wb_end. */
 __device__ __forceinline__ void wb_begin(const dview &V, uint64_t key) {

@@ -27,7 +27,7 @@
  *            (cuda/sync.cu: the device never waits for a host writer). Hits stamp their entry
  *            with the device clock.
  * Duplicates are probed independently; only misses are deduplicated. Two fences per tile are
- * the kernel's only fences; the protocol and why they suffice: lib/emc_item.h, "index".
+ * the kernel's only fences; the protocol and why they suffice: lib/item/index.h, "index".
  * The epochs a tile's misses are judged by are read before the fence that precedes its probe:
  * the loop's first trip is a dummy trip that only runs the two fences and reads them.
  */
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(256) emc_k_lookup(const __grid_constant__ look
       if (lane < nrows && !done && kind == K_HIT && aux) owner_or_id = ld_rlx((const uint64_t *)(uintptr_t)aux);
       if (lane < nrows && !done && kind == K_UNI) owner_or_id = ld_rlx(&tb->row_ids[aux]);
       /* the entry's key is data of its entry word: re-read before fence 2, lm2 after it
-       * (emc_item.h, "index", steps 5-7) */
+       * (lib/item/index.h, "index", steps 5-7) */
       if (lane < nrows && !done && (kind == K_HIT || kind == K_UNI)) key2 = ix_key(V.ix, (uint64_t)pos);
       if (g.big) {
         unsigned char *d = dst0, *sg = stg0;

@@ -215,7 +215,7 @@ static void admit_round(emc_cache *c, emc__admit_batch *fifo, unsigned char *row
   uint64_t done = 0, admitted = 0, skipped = 0, newest;
   pthread_mutex_lock(&h->lock);
   /* lookups age stamps only when the lock is free (trylock), and this thread may hold it
-   * most of the time: age here too (emc_item.h, "LRU stamps") */
+   * most of the time: age here too (item/policy.h, "LRU stamps") */
   newest = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
   if ((int64_t)(newest - h->aged_at) >= (int64_t)(EMC__AGE_CLAMP / 2)) emc__age_stamps(c, newest);
   while (fifo) {

@@ -9,7 +9,7 @@
  *
  * Concurrency
  *   One writer lock serializes every change (admission, insert, eviction, flush, re-pack).
- *   Lookups take no lock: a hit is read by the optimistic protocol of emc_item.h ("index"),
+ *   Lookups take no lock: a hit is read by the optimistic protocol of item/index.h ("index"),
  *   validated by the entry's key and version (lm) around the copy; a store row by its stripe
  *   version (lookup_host.c). Their misses are admitted under the lock, inline (trylock: when
  *   another thread holds it they are skipped, counted in admit_skipped) or by the cache's

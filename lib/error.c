@@ -55,6 +55,6 @@ emc_status emc__fail(emc_status st, const char *func, const char *file, int line
 }
 
 #ifdef EMC_TEST_HOOKS
-/* The test points' hook (lib/emc_item.h, "test points"): set by tests, NULL otherwise. */
+/* The test points' hook (lib/item/access.h, "test points"): set by tests, NULL otherwise. */
 void (*emc__tp_hook)(int kind, const char *what);
 #endif

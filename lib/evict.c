@@ -62,7 +62,7 @@ static uint32_t entry_age(emc__host_cache *h, uint64_t pos, uint64_t now) {
 /* The clock a writer ages entries against: its call's, or a later one. A writer reads its
  * clock before it waits for the lock, and lookups that run meanwhile stamp rows with later
  * clocks; aged against the older clock those stamps would lie more than EMC__STAMP_AHEAD
- * ahead and wrap to the oldest (emc_item.h, "LRU stamps"). */
+ * ahead and wrap to the oldest (item/policy.h, "LRU stamps"). */
 static uint64_t newest_clock(const emc__host_cache *h, uint64_t now) {
   uint64_t c = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
   return c > now ? c : now;

@@ -13,7 +13,7 @@
  *   sync_host.c   a shared store's update log applied: the copies other writers outdated go
  *
  * Concurrency: one writer lock (`lock`) serializes every change; lookups take no lock and read
- * by the protocol of lib/emc_item.h ("index"), except that over a shared store a lookup that
+ * by the protocol of lib/item/index.h ("index"), except that over a shared store a lookup that
  * finds rows written elsewhere takes the lock to drop its copies (sync_host.c).
  */
 #ifndef EMC_HOST_CACHE_H
@@ -76,7 +76,7 @@ struct emc__host_cache {
   uint64_t *repack_keys, *repack_lm; /* scratch of repack_max_buckets buckets */
   uint64_t repack_max_buckets;       /* min(EMC__REPACK_MAX_BUCKETS, index buckets) */
   uint16_t *repack_stamps;
-  uint32_t meta_seq;          /* the writers' meta counter (emc_item.h, "index") */
+  uint32_t meta_seq;          /* the writers' meta counter (item/index.h, "index") */
   int pipelined;              /* lookups take the pipelined read (emc__cache_set_pipelined) */
   /* accounting */
   uint64_t bytes_in_use;      /* writer-side (EMC__WR_ADD), read by anyone */
@@ -199,7 +199,7 @@ static inline void emc__hix_masks(const emc__index_view *ix, uint64_t b, uint64_
 
 /* Probe for key from bucket b (its home bucket): emc__index_find's answer (tests hold them
  * equal), each bucket's keys read by vector loads and matched by vector compares where the
- * build allows (SSE2 on x86-64: emc_item.h, "host vector reads"); elsewhere emc__index_find
+ * build allows (SSE2 on x86-64: item/access.h, "host vector reads"); elsewhere emc__index_find
  * itself. */
 static inline int64_t emc__hix_find_from(const emc__index_view *ix, uint64_t b, uint64_t key) {
 #if EMC__HOST_VEC && defined(__x86_64__)
@@ -307,7 +307,7 @@ EMC_INTERNAL void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32
  * back first; a hashed row may leave a unified-index entry). Returns the bytes freed, 0 when
  * pos holds no such entry. Writer; passes use it, white-box tests call it directly. */
 EMC_INTERNAL uint32_t emc__evict_at(emc_cache *c, uint64_t pos);
-/* Clamp stamps older than EMC__AGE_CLAMP (writer); see emc_item.h "LRU stamps". */
+/* Clamp stamps older than EMC__AGE_CLAMP (writer); see item/policy.h "LRU stamps". */
 EMC_INTERNAL void emc__age_stamps(emc_cache *c, uint64_t now);
 
 #endif /* EMC_HOST_CACHE_H */

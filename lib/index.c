@@ -1,5 +1,5 @@
 /*
- * index.c: the host backend's global index (layout and protocol: lib/emc_item.h, "index").
+ * index.c: the host backend's global index (layout and protocol: lib/item/index.h, "index").
  *
  * One copy of keys[], lm[] and stamps[], sized by the pool geometry for every row that fits
  * under t1 plus the unified-index entries. Writers (under the cache's writer lock) insert at
@@ -11,7 +11,7 @@
  * (Redis's incremental rehash is the model): once tombstones pass 1/32 of the slots, every
  * writer call also re-packs EMC__REPACK_STEP buckets plus 4 per entry it inserted, cluster by
  * cluster, until the sweep has gone once round the index. Each step makes the index's epoch
- * odd, then even (lib/emc_item.h, "index"): a reader that misses a key while its entry moves
+ * odd, then even (lib/item/index.h, "index"): a reader that misses a key while its entry moves
  * sees the epoch change and probes again, so dirty rows need no write-back before a re-pack,
  * and a reader that found a key before it moved validates the entry word it loads against the
  * key (issue 16). When fewer than 1/64 of the slots are EMPTY the sweep is finished at once

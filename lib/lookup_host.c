@@ -20,7 +20,7 @@
  *                 BUSY or free entry word, a unified-index entry, a slot handle that is not
  *                 the table's, another id's slot (a hashed collision), a read that does not
  *                 validate, an epoch that was odd or moved around a miss.
- * Why the pipeline keeps the reader protocol of lib/emc_item.h ("index"): for each position
+ * Why the pipeline keeps the reader protocol of lib/item/index.h ("index"): for each position
  * it performs the protocol's steps in the protocol's order, only interleaved with other
  * positions' steps. The acquire fence of stage D follows (in program order) the load of lm1
  * in stage C of an earlier iteration and precedes the row loads, as step 3 requires; key2 is
@@ -396,7 +396,7 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
 }
 
 /* ================================================================= lookup */
-/* Stamps must be aged every EMC__AGE_CLAMP / 2 calls (emc_item.h, "LRU stamps"): a lookup that
+/* Stamps must be aged every EMC__AGE_CLAMP / 2 calls (item/policy.h, "LRU stamps"): a lookup that
  * finds that many calls passed without a pass or scan does it, if the lock is free. */
 static void maybe_age(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;

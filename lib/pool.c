@@ -4,7 +4,7 @@
  * The pool is one arena of equal pages. A table's sub-pool takes pages from the arena on
  * demand and gives a page back when its last slot is freed, so the split of capacity_bytes
  * between tables follows demand. Within a page, free slots are the set bits of the page's
- * free bitmap (emc_item.h, "pool pages"); each table keeps a list of its pages with free
+ * free bitmap (item/pages.h, "pool pages"); each table keeps a list of its pages with free
  * slots (partial_head, linked through the page headers). Writer only: every function here runs
  * under the cache's writer lock.
  */

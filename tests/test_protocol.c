@@ -1,7 +1,7 @@
 /*
- * test_protocol: the index's reader/writer protocol (lib/emc_item.h, "index") under forced
+ * test_protocol: the index's reader/writer protocol (lib/item/index.h, "index") under forced
  * interleavings. Linked with the tests' build of the library (embcache_hooks), whose protocol
- * steps call a hook (lib/emc_item.h, "test points"): this suite pauses a reader or a writer
+ * steps call a hook (lib/item/access.h, "test points"): this suite pauses a reader or a writer
  * thread at a chosen step and lets the other run, so an interleaving that a stress test meets
  * once in thousands of runs happens on every run.
  *

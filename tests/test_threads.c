@@ -44,7 +44,7 @@
  *
  * History: these tests found a race in an earlier eviction pass (a lookup's stamp older than
  * every stamp the pass's first scan saw sent its histogram index out of bounds); stamps are
- * now ages clamped by the writer (lib/emc_item.h, "LRU stamps"), which no lookup can undercut.
+ * now ages clamped by the writer (lib/item/policy.h, "LRU stamps"), which no lookup can undercut.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
