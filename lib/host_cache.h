@@ -70,8 +70,13 @@ struct emc__host_cache {
   uint64_t host_entries;      /* unified-index entries (writer only) */
   uint64_t max_rows;          /* live pool entries the index is sized for (rows at t1) */
   uint64_t repack_left;       /* buckets left in the running re-pack sweep (0: none) */
-  uint64_t repack_at;         /* next bucket of the sweep */
   uint32_t repack_epoch;      /* odd while a re-pack step runs (ix.epoch points here) */
+  uint64_t repack_pos;        /* the sweep's next bucket, never wrapped (bucket repack_pos % nb) */
+  /* the cluster a step re-packs now, as sweep positions [lo, hi) (index.c; read by lookups
+   * that miss while the epoch is odd), on a line of their own: written per cluster */
+  _Alignas(64) uint64_t repack_lo;
+  uint64_t repack_hi;
+  _Alignas(64) char repack_pad_;
   uint64_t repack_credit;     /* extra buckets owed to the sweep by this call's insertions */
   uint64_t *repack_keys, *repack_lm; /* scratch of repack_max_buckets buckets */
   uint64_t repack_max_buckets;       /* min(EMC__REPACK_MAX_BUCKETS, index buckets) */

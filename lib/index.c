@@ -11,11 +11,13 @@
  * (Redis's incremental rehash is the model): once tombstones pass 1/32 of the slots, every
  * writer call also re-packs EMC__REPACK_STEP buckets plus 4 per entry it inserted, cluster by
  * cluster, until the sweep has gone once round the index. Each step makes the index's epoch
- * odd, then even (lib/item/index.h, "index"): a reader that misses a key while its entry moves
- * sees the epoch change and probes again, so dirty rows need no write-back before a re-pack,
+ * odd, then even (lib/item/index.h, "index"), and each cluster is published (repack_lo, hi)
+ * before it is re-packed: a reader that misses a key while its entry moves sees the epoch odd
+ * and the key's home in a published cluster, and probes again (so dirty rows need no
+ * write-back before a re-pack; misses of keys homed elsewhere are kept, see repack_raced),
  * and a reader that found a key before it moved validates the entry word it loads against the
  * key (issue 16). When fewer than 1/64 of the slots are EMPTY the sweep is finished at once
- * (an unbounded step; readers never wait for it).
+ * (an unbounded step; a reader waits only for the cluster of its own key).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -132,20 +134,30 @@ void emc__hix_maintain(emc_cache *c, int finish) {
   budget = EMC__REPACK_STEP + h->repack_credit;
   h->repack_credit = 0;
   if (urgent || finish) budget = UINT64_MAX;
-  /* the step: epoch odd, clusters re-packed, epoch even (readers' misses retry across it) */
+  /* the step: epoch odd, clusters re-packed, epoch even. Each cluster is published before
+   * anything in it moves (lib/lookup_host.c, repack_raced): a lookup that misses while the epoch is odd
+   * retries only when its key's home lies in a cluster re-packed during its probe. */
+  EMC_ST_RELEASE(&h->repack_lo, h->repack_pos); /* none of this step's clusters yet */
+  EMC_ST_RELAXED(&h->repack_hi, h->repack_pos);
   EMC_ST_RELAXED(ix->epoch, EMC_LD_RELAXED(ix->epoch) + 1u);
   EMC__TP(EMC__TP_WRITE, "repack: epoch odd");
   EMC_FENCE_RELEASE();
   while (h->repack_left > 0 && spent < budget) {
-    uint64_t b = h->repack_at % nb, step = 1;
+    uint64_t b = h->repack_pos % nb, step = 1;
     if (emc__bucket_has_empty(ix, (b + nb - 1) % nb)) { /* a cluster starts at b */
       uint64_t len = emc__index_cluster_len(ix, b, h->repack_max_buckets);
       if (len > 0) {
+        /* lo with release: the clusters before it are final for whoever reads it (acquire);
+         * hi before the fence: a probe that saw a move of this cluster reads hi or later */
+        EMC_ST_RELEASE(&h->repack_lo, h->repack_pos);
+        EMC_ST_RELAXED(&h->repack_hi, h->repack_pos + len);
+        EMC_FENCE_RELEASE();
+        EMC__TP(EMC__TP_WRITE, "repack: cluster published");
         h->ix_tomb -= emc__index_repack(ix, b, len, h->repack_keys, h->repack_lm, h->repack_stamps);
         step = len;
       }
     }
-    h->repack_at = (b + step) % nb;
+    h->repack_pos += step;
     spent += step;
     h->repack_left = h->repack_left > step ? h->repack_left - step : 0;
     if (h->repack_left == 0) h->repacks++;

@@ -10,23 +10,25 @@
  *                 goes through four stages, PIPE_D positions apart, so the memory accesses of
  *                 about 3 * PIPE_D positions are in flight at once and each id is probed once:
  *                   A  global key; prefetch its home bucket
- *                   B  re-pack epoch (acquire); probe; prefetch the entry word and the stamp
+ *                   B  re-pack epoch (acquire; odd: the re-pack cursor too); probe; prefetch
+ *                      the entry word and the stamp
  *                      (a miss: the store map's slot of a hashed id)
  *                   C  entry word lm1 (relaxed); prefetch every line of the row it names (a
  *                      miss: find a hashed id's store row; prefetch the store row's lines)
  *                   D  acquire fence; copy the row (and a hashed slot's owner); key2, acquire
- *                      fence, lm2; stamp. A miss: acquire fence, epoch again, store read.
+ *                      fence, lm2; stamp. A miss: acquire fence, repack_raced, store read.
  *                 Anything unusual goes to read_row for that position, which starts over: a
  *                 BUSY or free entry word, a unified-index entry, a slot handle that is not
  *                 the table's, another id's slot (a hashed collision), a read that does not
- *                 validate, an epoch that was odd or moved around a miss.
+ *                 validate, a miss that a re-pack may have raced (repack_raced).
  * Why the pipeline keeps the reader protocol of lib/item/index.h ("index"): for each position
  * it performs the protocol's steps in the protocol's order, only interleaved with other
  * positions' steps. The acquire fence of stage D follows (in program order) the load of lm1
  * in stage C of an earlier iteration and precedes the row loads, as step 3 requires; key2 is
- * loaded before the fence of step 6 and lm2 after it. For a miss, e1 is loaded (acquire)
- * before the probe in stage B and e2 after the fence of stage D: later than read_row reads it,
- * which only widens the window in which a re-pack step is detected. A hashed id's store row
+ * loaded before the fence of step 6 and lm2 after it. For a miss, e1 (and lo1) are loaded
+ * (acquire) before the probe in stage B and the epoch (and hi2) again after the fence of
+ * stage D: later than read_row loads them, which only widens the window in which a re-pack
+ * step is detected. A hashed id's store row
  * is found in stage C, after the probe: an insert publishes a new id in the store before its
  * index entry, so an id missing from both was missing at the instant of stage C. Prefetches
  * are hints with no effect on ordering.
@@ -38,6 +40,25 @@
 #include "host_cache.h"
 
 /* ================================================================= reads (lock-free) */
+/* Whether a miss of a key of home bucket `home` is not to be trusted: a re-pack step may have
+ * moved entries of that home while the probe ran. e1 is the epoch loaded (acquire) before the
+ * probe and lo1, when e1 was odd, repack_lo loaded (acquire) after it; the call follows an
+ * acquire fence that follows the probe. Within one step (the epoch unchanged and odd), the
+ * clusters before lo1 were final for the probe (lo1 was stored with release after them), and
+ * a probe that observed a move in a later cluster reads that cluster's hi, or a later one,
+ * here (index.c publishes it before a release fence that precedes the moves); a cluster's
+ * moves only concern keys whose home lies in it (it starts after a bucket with an EMPTY slot,
+ * where every probe from an earlier home stops). So a miss whose home lies outside the
+ * clusters [lo1, hi2) is kept, and a lookup waits for no re-pack but its own key's cluster. */
+static inline int repack_raced(const emc__host_cache *h, uint32_t e1, uint64_t lo1,
+                               uint64_t home, uint64_t nb) {
+  uint64_t span;
+  if (EMC_LD_RELAXED(h->ix.epoch) != e1) return 1; /* a step began or ended meanwhile */
+  if (!(e1 & 1u)) return 0;
+  span = EMC_LD_RELAXED(&h->repack_hi) - lo1;
+  return span >= nb || (home + nb - lo1 % nb) % nb < span;
+}
+
 /* A store row of table t for id: dense by computation, hashed through the store's map
  * (absent: zero row). Returns R_STORE (| R_ADMIT when `admit`) or R_ABSENT. */
 static uint8_t read_store(const emc_cache *c, uint32_t t, uint64_t id, unsigned char *dst,
@@ -61,6 +82,7 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
   const emc__page_layout *L = &h->layout[t];
   for (;;) {
     uint32_t e1 = EMC_LD_ACQUIRE(h->ix.epoch);
+    uint64_t lo1 = (e1 & 1u) ? EMC_LD_ACQUIRE(&h->repack_lo) : 0;
     int64_t pos = emc__hix_find(&h->ix, key);
     uint64_t lm1, owner = id;
     uint32_t loc, slot;
@@ -68,10 +90,10 @@ static uint8_t read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uns
     int uni_mine = 0;
     EMC__TP(EMC__TP_READ, "read: probed");
     if (pos < 0) {
-      /* absent, unless a re-pack step raced the probe (the epoch says); the fence also makes
+      /* absent, unless a re-pack step raced the probe (repack_raced); the fence also makes
        * the store read see the write-back that preceded an eviction the probe observed */
       EMC_FENCE_ACQUIRE();
-      if ((e1 & 1u) || EMC_LD_RELAXED(h->ix.epoch) != e1) {
+      if (repack_raced(h, e1, lo1, emc__home_bucket(key, h->ix.n_buckets), h->ix.n_buckets)) {
         EMC__TP(EMC__TP_RETRY, "read: a re-pack raced the miss");
         EMC__CNT_ADD(h->n_retries, 1);
         continue;
@@ -149,6 +171,7 @@ typedef struct pipe_slot {
   const emc__table *tb;      /* store table of the position */
   uint32_t t, rb;            /* its table, row bytes */
   uint32_t e1;               /* re-pack epoch before the probe */
+  uint64_t lo1;              /* repack_lo after it, when e1 is odd */
   uint8_t state;
 } pipe_slot;
 
@@ -238,6 +261,7 @@ static inline __attribute__((always_inline)) void stage_a(pipe *P, pipe_slot *ri
 static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ring, uint64_t k) {
   pipe_slot *p = &ring[k % PIPE_RING];
   p->e1 = EMC_LD_ACQUIRE(P->ix.epoch);
+  p->lo1 = (p->e1 & 1u) ? EMC_LD_ACQUIRE(&P->h->repack_lo) : 0;
   p->pos = emc__hix_find_from(&P->ix, p->b, p->key);
   EMC__TP(EMC__TP_READ, "read: probed");
   if (p->pos >= 0) {
@@ -309,7 +333,7 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
         EMC_ST_RELAXED(&P->ix.stamps[p->pos], P->stamp);
       r = EMC__R_HIT;
     }
-  } else if (p->state == P_MISS && ((p->e1 & 1u) || EMC_LD_RELAXED(P->ix.epoch) != p->e1)) {
+  } else if (p->state == P_MISS && repack_raced(P->h, p->e1, p->lo1, p->b, P->ix.n_buckets)) {
     EMC__CNT_ADD(P->h->n_retries, 1);
   } else if (p->state == P_MISS) {
     if (p->pos < 0) {

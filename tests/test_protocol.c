@@ -17,6 +17,9 @@
  *        the interleaving of issue 16: a lookup of K finds K in b1 slot 0 and stops there; the
  *        re-pack runs; the lookup loads the entry word of that slot (now J's unified entry).
  *        A lookup must still return generation 2.
+ *   repack_spares_other_misses
+ *        a re-pack step paused inside the cluster: a lookup that misses a key homed elsewhere
+ *        does not wait for it; one homed in the cluster retries until the step is over.
  *   interleavings_{dense,hashed}
  *        every interleaving of one reader step against one writer step: for each writer
  *        operation W below, each step i of a lookup of {K, J} and each step j of W, the reader
@@ -78,11 +81,13 @@ typedef struct ctl {
   int count[3];          /* steps taken */
   int pause_at[3];       /* pause at this step (0: never) */
   int pause_on_retry[3]; /* pause at the next retry point */
+  const char *pause_what[3]; /* pause at a step of this name for which pause_if() holds */
+  int (*pause_if)(void);
   int paused[3];         /* the thread waits in the hook */
   int finished[3];       /* the thread's work returned */
   const char *at[3];     /* the step it paused at */
 } ctl;
-static ctl C = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}, {0}, {0}, {0}, {0}, {0}};
+static ctl C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void hook(int kind, const char *what) {
   int r = tl_role, counted;
@@ -93,7 +98,8 @@ static void hook(int kind, const char *what) {
   if (!counted) return;
   pthread_mutex_lock(&C.mu);
   C.count[r]++;
-  if (C.count[r] == C.pause_at[r] || (kind == EMC__TP_RETRY && C.pause_on_retry[r])) {
+  if (C.count[r] == C.pause_at[r] || (kind == EMC__TP_RETRY && C.pause_on_retry[r]) ||
+      (C.pause_what[r] && strcmp(what, C.pause_what[r]) == 0 && C.pause_if())) {
     C.paused[r] = 1;
     C.at[r] = what;
     pthread_cond_broadcast(&C.cv);
@@ -109,6 +115,8 @@ static void ctl_reset(void) {
   memset(C.pause_on_retry, 0, sizeof C.pause_on_retry);
   memset(C.paused, 0, sizeof C.paused);
   memset(C.finished, 0, sizeof C.finished);
+  memset(C.pause_what, 0, sizeof C.pause_what);
+  C.pause_if = NULL;
   pthread_mutex_unlock(&C.mu);
 }
 
@@ -126,6 +134,7 @@ static int ctl_wait(int r) {
 static void ctl_resume(int r, int pause_on_retry) {
   pthread_mutex_lock(&C.mu);
   C.pause_at[r] = 0;
+  C.pause_what[r] = NULL;
   C.pause_on_retry[r] = pause_on_retry;
   C.paused[r] = 0;
   pthread_cond_broadcast(&C.cv);
@@ -428,6 +437,136 @@ END_TEST
 START_TEST(repack_under_reader_hashed) { repack_under_reader(1); }
 END_TEST
 
+/* A re-pack step paused in the cluster b0..b1 (published, nothing in it moved yet). A lookup
+ * that misses a dense key homed outside it must be decided without waiting for the step (no
+ * retry: the host's lookups wait only for the cluster of their own key, lib/lookup_host.c,
+ * repack_raced); one that misses a key homed in it (A1, evicted) must retry, and get A1's
+ * row once the step is over. */
+static shape *g_cur; /* the shape of the running test, for the pause predicate */
+static int always(void) { return 1; }
+static int repacking_b0(void) {
+  const emc__host_cache *h = g_cur->c->host;
+  return h->repack_lo % h->ix.n_buckets == g_cur->b0;
+}
+
+typedef struct one_job {
+  shape *sh;
+  uint64_t id;
+  float out[DIM];
+  uint8_t where;
+  emc_status st;
+} one_job;
+
+static void *one_reader_main(void *arg) {
+  one_job *r = arg;
+  uint64_t offsets[3] = {0, 1, 1};
+  tl_role = ROLE_READER;
+  r->st = emc_lookup_ex(r->sh->c, &r->id, offsets, r->out, &r->where, NULL);
+  tl_role = ROLE_NONE;
+  ctl_finish(ROLE_READER);
+  return NULL;
+}
+
+/* Start a reader of `id` that pauses at its first retry; returns 1 if it paused there. */
+static int one_lookup(one_job *r, pthread_t *t) {
+  pthread_mutex_lock(&C.mu);
+  C.count[ROLE_READER] = 0;
+  C.paused[ROLE_READER] = C.finished[ROLE_READER] = 0;
+  C.pause_on_retry[ROLE_READER] = 1;
+  pthread_mutex_unlock(&C.mu);
+  ck_assert_int_eq(pthread_create(t, NULL, one_reader_main, r), 0);
+  return ctl_wait(ROLE_READER);
+}
+
+static void repack_spares_path(void) {
+  shape sh;
+  writer_job wj;
+  one_job x, y;
+  pthread_t wt, xt, yt;
+  uint64_t id, nb;
+  float want[DIM];
+  const char *path = g_pipelined ? "pipelined read" : "per-row read";
+  int paused;
+  build(&sh, 0);
+  g_cur = &sh;
+  nb = sh.c->host->ix.n_buckets;
+  memset(&x, 0, sizeof x);
+  memset(&y, 0, sizeof y);
+  x.sh = y.sh = &sh;
+  y.id = sh.a[0]; /* A1: evicted (written back, generation 1), homed at b0 */
+  ck_assert(pos_of(sh.c, 0, y.id) < 0);
+  /* the writer: a full re-pack sweep, paused as the step begins (epoch odd, no cluster of it
+   * published), then once the cluster at b0 is published */
+  ctl_reset();
+  C.pause_what[ROLE_WRITER] = "repack: epoch odd";
+  C.pause_if = always;
+  wj.sh = &sh;
+  wj.w = OP_REPACK;
+  ck_assert_int_eq(pthread_create(&wt, NULL, writer_main, &wj), 0);
+  ck_assert_msg(ctl_wait(ROLE_WRITER), "%s: the re-pack step never began", path);
+  x.id = D_ROWS - 1; /* never cached: the step has moved nothing yet */
+  ck_assert(pos_of(sh.c, 0, x.id) < 0);
+  paused = one_lookup(&x, &xt);
+  if (paused) ctl_resume(ROLE_WRITER, 0); /* let everything end before failing */
+  ck_assert_msg(!paused, "%s: a lookup that missed id %llu waited (%s) for a re-pack step that "
+                "had moved nothing", path, (unsigned long long)x.id, C.at[ROLE_READER]);
+  ck_assert_int_eq(pthread_join(xt, NULL), 0);
+  ck_assert_int_eq(x.st, EMC_OK);
+  ck_assert_int_eq(x.where, EMC_WHERE_STORE);
+
+  pthread_mutex_lock(&C.mu);
+  C.pause_what[ROLE_WRITER] = "repack: cluster published";
+  C.pause_if = repacking_b0;
+  C.paused[ROLE_WRITER] = 0;
+  pthread_cond_broadcast(&C.cv);
+  pthread_mutex_unlock(&C.mu);
+  ck_assert_msg(ctl_wait(ROLE_WRITER), "%s: the re-pack never published the cluster at b0", path);
+  {
+    /* X: a dense id never cached, homed outside the published cluster [lo, hi) (the writer
+     * is paused in the hook, after the mutex that publishes its stores to this thread) */
+    const uint64_t lo = sh.c->host->repack_lo, len = sh.c->host->repack_hi - lo;
+    ck_assert(len >= 2 && len < nb);
+    for (id = D_ROWS - 1; id > 0; id--) {
+      uint64_t h = home_of(sh.c, 0, id);
+      if ((h + nb - lo % nb) % nb >= len && h != (lo + nb - 1) % nb && pos_of(sh.c, 0, id) < 0)
+        break;
+    }
+    ck_assert(id > 0);
+    x.id = id;
+  }
+
+  paused = one_lookup(&x, &xt);
+  if (paused) ctl_resume(ROLE_WRITER, 0); /* let everything end before failing */
+  ck_assert_msg(!paused, "%s: a lookup that missed an id homed at bucket %llu waited (%s) for "
+                "the re-pack of buckets %llu..%llu", path,
+                (unsigned long long)home_of(sh.c, 0, x.id), C.at[ROLE_READER],
+                (unsigned long long)sh.b0, (unsigned long long)sh.b1);
+  ck_assert_int_eq(pthread_join(xt, NULL), 0);
+  ck_assert_int_eq(x.st, EMC_OK);
+  ck_assert_int_eq(x.where, EMC_WHERE_STORE);
+  memset(want, 0, sizeof want); /* never written: the store's zero row */
+  ck_assert_msg(memcmp(x.out, want, ROWB) == 0, "%s: X's row is not the store's", path);
+
+  paused = one_lookup(&y, &yt);
+  ctl_resume(ROLE_WRITER, 0);
+  ck_assert_msg(paused, "%s: a miss of A1, homed in the cluster being re-packed, was trusted",
+                path);
+  ctl_wait(ROLE_WRITER);
+  ctl_resume(ROLE_READER, 0);
+  ck_assert_int_eq(pthread_join(yt, NULL), 0);
+  ck_assert_int_eq(pthread_join(wt, NULL), 0);
+  ck_assert_int_eq(y.st, EMC_OK);
+  ck_assert_msg(gen_of(0, y.id, y.out) == 1, "%s: A1 read as generation %lld", path,
+                (long long)gen_of(0, y.id, y.out));
+  EMCT_OK(emc__cache_check(sh.c));
+  g_cur = NULL;
+  unbuild(&sh);
+}
+START_TEST(repack_spares_other_misses) {
+  for (g_pipelined = 0; g_pipelined <= 1; g_pipelined++) repack_spares_path();
+}
+END_TEST
+
 static void interleavings_of_path(int hashed_k);
 static void interleavings(int hashed_k) {
   for (g_pipelined = 0; g_pipelined <= 1; g_pipelined++) interleavings_of_path(hashed_k);
@@ -462,6 +601,7 @@ int main(void) {
   emc__tp_hook = hook;
   tcase_add_test(tc, repack_under_reader_dense);
   tcase_add_test(tc, repack_under_reader_hashed);
+  tcase_add_test(tc, repack_spares_other_misses);
   tcase_add_test(tc, interleavings_dense);
   tcase_add_test(tc, interleavings_hashed);
   tcase_set_timeout(tc, emct_timeout(120));
