@@ -90,7 +90,7 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 static const char *admission_name(uint32_t a) {
-  return a == EMC_ADMISSION_BACKGROUND ? "background" : "inline";
+  return a == EMC_ADMISSION_BACKGROUND ? "background" : a == EMC_ADMISSION_AUTO ? "auto" : "inline";
 }
 
 static const char *backend_name(emc_backend b) {
@@ -397,6 +397,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   emc_cache *cache = NULL;
   EMC_CHECK("emc_cache_create", emc_cache_create(b->store, &cfg, &cache));
   emc_backend be = emc_cache_backend(cache);
+  const emc_admission admission = emc_cache_admission(cache);
   if (o->threads > 1 && be == EMC_BACKEND_CUDA) { /* AUTO chose CUDA after all (see main) */
     fprintf(stderr, "emc-bench: --threads > 1 needs the host backend, and the cache runs on "
             "CUDA; drop --threads or use --backend host\n");
@@ -577,7 +578,8 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   jl_str(&j, "host_allocator", emc_host_allocator());
   jl_u64(&j, "key_bits", o->key_bits);
   jl_u64(&j, "seed", o->seed);
-  jl_str(&j, "admission", admission_name(o->admission));
+  jl_str(&j, "admission", admission_name(admission)); /* as run (auto resolved) */
+  jl_str(&j, "admission_requested", admission_name(o->admission));
   jl_u64(&j, "threads", o->threads);
   jl_bool(&j, "all_hit", o->all_hit);
   if (o->all_hit) jl_u64(&j, "trace_distinct_rows", distinct_rows);
@@ -660,15 +662,18 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
             in_range ? "" : range_applies ? ", OUTSIDE" : ", outside; batch > t2*capacity",
             plru_t2, plru_t1);
   fprintf(stderr, "), %.3g lookups/s (%.2f GB/s), gather %.3g lookups/s, x%.2f; admission %s\n",
-          lps, lps * (double)b->row_bytes / 1e9, glps, lps / glps, admission_name(o->admission));
+          lps, lps * (double)b->row_bytes / 1e9, glps, lps / glps, admission_name(admission));
   if (o->threads > 1)
     fprintf(stderr, "emc-bench:   threads: %u -> x%.2f over 1 thread on the same batches\n",
             o->threads, lps / lps1);
   if (be == EMC_BACKEND_HOST) /* what the first figure a user sees means (issue 19) */
     fprintf(stderr, "emc-bench:   host backend: cache and store share host memory, so x%.2f is a "
             "lookup through the cache against gathering the same rows straight from the store "
-            "(above 1: caching pays even here); the GPU figure, a cache in device memory in "
-            "front of a host store, is emc-bench-gpu's\n", lps / glps);
+            "(above 1: caching pays even here)%s; the GPU figure, a cache in device memory in "
+            "front of a host store, is emc-bench-gpu's\n", lps / glps,
+            admission == EMC_ADMISSION_BACKGROUND
+                ? ", with the misses admitted by the cache's thread beside the caller's"
+                : ", the misses admitted inside the caller's lookups");
   if (o->train) emcb_train_print(stderr, "emc-bench", &tres);
   if (o->per_table)
     fprintf(stderr, "emc-bench:   per-table caches: hit %.4f, %.3g lookups/s (global x%.2f)\n",

@@ -57,9 +57,11 @@ void emcb_usage(FILE *f) {
       "                       --prewarm-sample batches, on the --prewarm-batches after them\n"
       "                       (JSON: \"prewarm\"; independent of --warmup)\n"
       "  --prewarm-sample N --prewarm-batches K   (default 64 and 16)\n"
-      "  --admission inline|background   when every cache of the run (main, per-table,\n"
-      "                       --train, --prewarm) admits a lookup's misses: inside the lookup\n"
-      "                       (default) or on a thread of the cache after it returns. The main\n"
+      "  --admission inline|background|auto   when every cache of the run (main, per-table,\n"
+      "                       --train, --prewarm) admits a lookup's misses: inside the lookup,\n"
+      "                       on a thread of the cache after it returns, or auto (the library's\n"
+      "                       default: background where 2 or more CPUs are usable; the JSON\n"
+      "                       says which ran). The main\n"
       "                       cache is emc_flush'ed (untimed) after the warm-up and after the\n"
       "                       measured batches, so admissions/admit_skipped are complete\n"
       "  --threads T          T caller threads (1..64, default 1; host backend only) look up\n"
@@ -205,7 +207,7 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
   o->mrc_opt_points = 8;
   o->prewarm_sample = 64;
   o->prewarm_batches = 16;
-  o->admission = EMC_ADMISSION_INLINE;
+  o->admission = EMC_ADMISSION_AUTO; /* the library's default */
   o->threads = 1;
 
   int c;
@@ -335,6 +337,7 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_ADMISSION:
         if (strcmp(a, "inline") == 0) o->admission = EMC_ADMISSION_INLINE;
         else if (strcmp(a, "background") == 0) o->admission = EMC_ADMISSION_BACKGROUND;
+        else if (strcmp(a, "auto") == 0) o->admission = EMC_ADMISSION_AUTO;
         else goto bad;
         break;
       case OPT_THREADS:

@@ -254,7 +254,8 @@ int emcb_warm_apply(emc_cache *c, const emcb_warm_plan *p, size_t chunk_rows, vo
     hi = lo;
   }
   /* CUDA: admissions run on the cache's writer stream after their lookups; the flush runs
-   * there after all of them and waits for it. Host: admission happened inside the lookup. */
+   * there after all of them and waits for it. Host: inside the lookup, or on the cache's
+   * admission thread, whose queue the flush drains first. */
   if (st == EMC_OK) st = emc_flush(c, stream);
   if (st == EMC_OK) st = emc_get_stats(c, &s1);
   if (st == EMC_OK) {

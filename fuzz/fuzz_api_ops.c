@@ -207,6 +207,9 @@ static void read_config(world *w, fz *f, emc_status *expect) {
   emc_cache_config_init(cfg);
   (void)b; /* the fuzzer drives the host backend (its checks are white-box) */
   cfg->backend = EMC_BACKEND_HOST;
+  /* inline admission: the checks after each call expect its misses admitted when it returns
+   * (test_admission covers the admission thread) */
+  cfg->admission = EMC_ADMISSION_INLINE;
   cfg->capacity_bytes = caps[a & 7u] + (size_t)(a >> 3) * 8u * (caps[a & 7u] > 100);
   if ((b & 0x80u) && (a & 7u) == 7) cfg->capacity_bytes = 65536;
   cfg->evict_high = thr[(a >> 5) & 7u][0];

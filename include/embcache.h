@@ -33,9 +33,10 @@
  *   called concurrently from any number of threads. Host backend: lookups never block on a
  *   lock (but over a shared store, see there: a lookup that finds rows written since the
  *   cache last looked takes the cache's writer lock to drop its copies): they read optimistically and validate each row against its index entry's version;
- *   with EMC_ADMISSION_INLINE (the default) admission of their misses is skipped when another
- *   thread holds the cache's writer lock; with EMC_ADMISSION_BACKGROUND the cache's admission
- *   thread admits them (see emc_cache_config.admission).
+ *   with EMC_ADMISSION_BACKGROUND (what the default, EMC_ADMISSION_AUTO, picks where the
+ *   process may run on 2 or more CPUs) the cache's admission thread admits their misses after
+ *   they return; with EMC_ADMISSION_INLINE admission of their misses is skipped when another
+ *   thread holds the cache's writer lock (see emc_cache_config.admission).
  *
  * CUDA backend (EMC_BACKEND_CUDA, or AUTO where a device answers)
  *   Memory spaces: ids, out, where and rows may be device memory of the cache's device
@@ -404,8 +405,9 @@ typedef struct emc_cache_config {
                                   prefetch_depth prefetch calls and is released by the one
                                   after; default 1; 0 .. 14 */
   uint32_t admission;          /* host backend: when a lookup's misses are admitted
-                                  (emc_admission); default EMC_ADMISSION_INLINE. The CUDA
-                                  backend always admits on its writer stream and accepts both. */
+                                  (emc_admission); default EMC_ADMISSION_AUTO. The CUDA
+                                  backend always admits on its writer stream, after the
+                                  lookup, and accepts every value. */
   uint64_t reserved_;          /* 0 (emc_cache_config_init). It makes the struct longer than the
                                   version before `admission`, whose tail padding lay where
                                   `admission` is now: a struct_size of that version gets the
@@ -428,10 +430,16 @@ typedef struct emc_cache_config {
  *                             emc_flush first waits until the misses of every lookup that
  *                             returned before it are admitted or skipped (not for lookups
  *                             running meanwhile), so stats read after it count them. The
- *                             thread is named "emc-admit". Needs a free core to pay off. */
+ *                             thread is named "emc-admit". Needs a free core to pay off.
+ *   EMC_ADMISSION_AUTO        (the default) BACKGROUND where the process may run on 2 or more
+ *                             CPUs when the cache is created (its affinity mask) and the
+ *                             thread starts, else INLINE; emc_cache_admission() says which. Choose INLINE by name
+ *                             where a lookup's misses must be cached when it returns, or the
+ *                             stats exact without an emc_flush, or for one core. */
 typedef enum emc_admission {
   EMC_ADMISSION_INLINE = 0,
-  EMC_ADMISSION_BACKGROUND = 1
+  EMC_ADMISSION_BACKGROUND = 1,
+  EMC_ADMISSION_AUTO = 2
 } emc_admission;
 #define EMC_ADMISSION_QUEUE_ROWS 262144u
 
@@ -476,6 +484,11 @@ EMC_API emc_status emc_cache_destroy(emc_cache *c);
 
 /* Backend actually in use (AUTO resolved). */
 EMC_API emc_backend emc_cache_backend(const emc_cache *c);
+
+/* Admission actually in use (EMC_ADMISSION_AUTO resolved): EMC_ADMISSION_INLINE or
+ * EMC_ADMISSION_BACKGROUND; CUDA backend: EMC_ADMISSION_BACKGROUND (it admits on its writer
+ * stream after the lookup, whatever the configuration). NULL: EMC_ADMISSION_AUTO. */
+EMC_API emc_admission emc_cache_admission(const emc_cache *c);
 
 /* Bytes of a batch's packed row buffer for the cache's store (see "Batches").
  * offsets: host array of n_tables + 1 entries. Errors: EMC_EINVAL (NULL, bad offsets: not
@@ -582,8 +595,11 @@ typedef struct emc_stats {
                               the host backend */
 } emc_stats;
 
-/* Read counters (monotonic) and gauges (now). CUDA backend: read through a private stream
- * (lookup streams are not stalled); a call still running on the device may be half counted.
+/* Read counters (monotonic) and gauges (now). Host backend with the admission thread
+ * (EMC_ADMISSION_BACKGROUND, or AUTO that chose it): misses of lookups that returned may not
+ * be admitted (admissions, evictions, rows and bytes) yet; after emc_flush they are. CUDA
+ * backend: read through a private stream (lookup streams are not stalled); a call still
+ * running on the device may be half counted.
  * Errors: EMC_EINVAL (NULL), EMC_ECUDA, EMC_EDEVMEM (CUDA backend: reading the device
  * counters failed), EMC_ENOMEM (CUDA backend: a scratch buffer for the per-table counters).
  * The host backend fails only on NULL. */

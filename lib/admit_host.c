@@ -289,8 +289,13 @@ emc_status emc__admission_start(emc_cache *c) {
     return EMC_FAIL(EMC_ENOMEM, "admission semaphore");
   }
   h->adm_sync_ok = 1;
-  if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0)
+  if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0) {
+    if (c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */
+      c->cfg.admission = EMC_ADMISSION_INLINE;
+      return EMC_OK;
+    }
     return EMC_FAIL(EMC_ENOMEM, "cannot start the admission thread: %s", strerror(err));
+  }
   (void)pthread_setname_np(h->adm_thread, "emc-admit"); /* for top -H, gdb, tests */
   h->adm_bg = 1;
   return EMC_OK;

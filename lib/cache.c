@@ -2,10 +2,13 @@
  * cache.c: the public cache API. Validates every argument before anything changes, picks the
  * backend, builds the key codec, and hands validated calls to the backend.
  */
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #include <math.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "store_step.h"
@@ -27,6 +30,15 @@ void emc_cache_config_init(emc_cache_config *cfg) {
   cfg->unified_index_rows = 65536;
   cfg->hash_seed = 0;
   cfg->prefetch_depth = 1;
+  cfg->admission = EMC_ADMISSION_AUTO;
+}
+
+/* CPUs this process may run on (its affinity mask; the online count where that fails). */
+static long usable_cpus(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 void emc_optimizer_init(emc_optimizer *o) {
@@ -120,6 +132,7 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   const char **names = NULL;
   uint32_t t;
   emc_status st;
+  int auto_admission;
 
   if (!store || !out) return EMC_FAIL(EMC_EINVAL, "store or out is NULL");
   emc_cache_config_init(&cfg);
@@ -132,7 +145,7 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
     /* the version before `admission` ended with prefetch_depth and 4 bytes of tail padding
      * where admission now lies: fields are taken only from a struct that includes them */
     if (user_cfg->struct_size <= offsetof(emc_cache_config, reserved_))
-      cfg.admission = EMC_ADMISSION_INLINE;
+      cfg.admission = EMC_ADMISSION_AUTO;
     cfg.struct_size = sizeof cfg;
   }
   if (!(cfg.evict_low > 0.0f && cfg.evict_low < cfg.evict_high && cfg.evict_high <= 1.0f))
@@ -144,9 +157,10 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   if (cfg.prefetch_depth > EMC__PIN_MAX - 1)
     return EMC_FAIL(EMC_EINVAL, "prefetch_depth = %u; at most %u", cfg.prefetch_depth,
                     EMC__PIN_MAX - 1);
-  if (cfg.admission != EMC_ADMISSION_INLINE && cfg.admission != EMC_ADMISSION_BACKGROUND)
-    return EMC_FAIL(EMC_EINVAL, "admission = %u; must be EMC_ADMISSION_INLINE (0) or "
-                    "EMC_ADMISSION_BACKGROUND (1)", cfg.admission);
+  if (cfg.admission != EMC_ADMISSION_INLINE && cfg.admission != EMC_ADMISSION_BACKGROUND &&
+      cfg.admission != EMC_ADMISSION_AUTO)
+    return EMC_FAIL(EMC_EINVAL, "admission = %u; must be EMC_ADMISSION_INLINE (0), "
+                    "EMC_ADMISSION_BACKGROUND (1) or EMC_ADMISSION_AUTO (2)", cfg.admission);
   if (cfg.unified_index_rows > (1ull << 32))
     return EMC_FAIL(EMC_EINVAL, "unified_index_rows = %llu; at most 2^32",
                     (unsigned long long)cfg.unified_index_rows);
@@ -154,6 +168,11 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
    * and runs its writes on the host, cuda/sync.cu: asked for by name) */
   if (store->seg && cfg.backend == EMC_BACKEND_AUTO) cfg.backend = EMC_BACKEND_HOST;
   EMC_TRY(pick_backend(&cfg));
+  /* AUTO: the admission thread pays off only with a core beside the callers' */
+  auto_admission = cfg.admission == EMC_ADMISSION_AUTO;
+  if (cfg.backend == EMC_BACKEND_CUDA) cfg.admission = EMC_ADMISSION_BACKGROUND;
+  else if (auto_admission)
+    cfg.admission = usable_cpus() >= 2 ? EMC_ADMISSION_BACKGROUND : EMC_ADMISSION_INLINE;
 
   if (!(c = emc__calloc(1, sizeof *c))) return EMC_FAIL(EMC_ENOMEM, "cache");
   rows = emc__calloc(store->n_tables, sizeof *rows);
@@ -173,6 +192,7 @@ emc_status emc_cache_create(emc_store *store, const emc_cache_config *user_cfg, 
   if (st != EMC_OK) goto fail;
   c->store = store;
   c->cfg = cfg;
+  c->admission_auto = auto_admission;
   c->backend = cfg.backend;
   if ((st = emc__store_attach(store)) != EMC_OK) goto fail;
   if ((st = IS_CUDA(c) ? emc__cuda_create(c) : emc__host_create(c)) != EMC_OK) {
@@ -212,6 +232,10 @@ emc_status emc_cache_destroy(emc_cache *c) {
 }
 
 emc_backend emc_cache_backend(const emc_cache *c) { return c ? c->backend : EMC_BACKEND_AUTO; }
+
+emc_admission emc_cache_admission(const emc_cache *c) {
+  return c ? (emc_admission)c->cfg.admission : EMC_ADMISSION_AUTO;
+}
 
 /* Checks shared by lookup and insert: pointers, offsets, dense id ranges. */
 static emc_status check_batch(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets,

@@ -270,7 +270,8 @@ typedef struct emc__host_cache emc__host_cache;
 struct emc_cache {
   emc_store *store;       /* the attached store (not owned) */
   emc_backend backend;    /* resolved backend */
-  emc_cache_config cfg;   /* effective configuration */
+  emc_cache_config cfg;   /* effective configuration (admission: AUTO resolved) */
+  int admission_auto;     /* admission was AUTO: inline where the admission thread cannot start */
   emc__codec codec;       /* global key codec */
   emc__host_cache *host;  /* host backend state */
   struct emc__cuda_cache *cuda; /* CUDA backend state */

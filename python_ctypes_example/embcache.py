@@ -90,7 +90,7 @@ _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float16)}   # emc_dtype -> Nu
 _DTYPE_CODES = {v: k for k, v in _DTYPES.items()}
 _KINDS = {"dense": 0, "hashed": 1}
 _BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
-_ADMISSIONS = {"inline": 0, "background": 1}
+_ADMISSIONS = {"inline": 0, "background": 1, "auto": 2}
 _STATES = {"none": 0, "adagrad": 1}                              # emc_row_state
 _OPT_KINDS = {"sgd": 0, "rowwise_adagrad": 1}                    # emc_optimizer_kind
 _MERGES = {"sum": 0, "mean": 1}                                  # emc_grad_merge
@@ -156,6 +156,7 @@ _SIGNATURES = {
     "emc_cache_create": (_S, [_P, ctypes.POINTER(_CacheConfig), ctypes.POINTER(_P)]),
     "emc_cache_destroy": (_S, [_P]),
     "emc_cache_backend": (_S, [_P]),
+    "emc_cache_admission": (_S, [_P]),
     "emc_batch_bytes": (_S, [_P, _P, ctypes.POINTER(_SZ)]),
     "emc_lookup": (_S, [_P, _P, _P, _P, _P]),
     "emc_lookup_ex": (_S, [_P, _P, _P, _P, _P, _P]),
@@ -656,8 +657,8 @@ class Optimizer:
 class Cache:
     """emc_cache over a Store. Keyword arguments set emc_cache_config fields: backend
     ("auto", "host", "cuda"), device, capacity_bytes, evict_high, evict_low, key_bits,
-    unified_index_rows, hash_seed, prefetch_depth, admission ("inline", "background")
-    (defaults: the library's)."""
+    unified_index_rows, hash_seed, prefetch_depth, admission ("inline", "background",
+    "auto") (defaults: the library's; admission "auto" resolves at creation, see .admission)."""
 
     def __init__(self, store, **config):
         lib = library()
@@ -693,6 +694,12 @@ class Cache:
     def backend(self):
         """"host" or "cuda" (AUTO resolved)."""
         return {1: "host", 2: "cuda"}[library().emc_cache_backend(self._handle("emc_cache_backend"))]
+
+    @property
+    def admission(self):
+        """"inline" or "background" (EMC_ADMISSION_AUTO resolved; a CUDA cache: "background")."""
+        return {0: "inline", 1: "background"}[
+            library().emc_cache_admission(self._handle("emc_cache_admission"))]
 
     def _handle(self, func):
         if not self._h:

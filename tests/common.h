@@ -88,6 +88,15 @@ static inline uint64_t emct_gpu_scale(uint64_t n, uint64_t div) {
 }
 
 /* Timeout in seconds for tcase_set_timeout: longer under sanitizers. */
+/* The suites' cache configuration: the library's defaults with admission INLINE (a lookup's
+ * misses are cached when it returns and the stats are exact without an emc_flush), which
+ * their expectations assume. The default, EMC_ADMISSION_AUTO, is what test_admission's
+ * background cases and test_api's configuration checks run. */
+static inline void emct_cache_config_init(emc_cache_config *cfg) {
+  emc_cache_config_init(cfg);
+  cfg->admission = EMC_ADMISSION_INLINE;
+}
+
 static inline double emct_timeout(double normal_s) { return EMCT_SANITIZED ? normal_s * 4 : normal_s; }
 
 /* ------------------------------------------------------------ assertions */

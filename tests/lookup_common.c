@@ -35,7 +35,7 @@ emc_cache *make_cache_t2(emct_world *w, size_t capacity, float t2, uint32_t key_
                          uint64_t unified, uint64_t hash_seed, uint32_t admission) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = capacity;
   cfg.evict_high = 0.95f;

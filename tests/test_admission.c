@@ -102,9 +102,9 @@ START_TEST(background_admission_accounting) {
   emct_world_init(&w, bg_spec, 3, 1.0, 515);
   bb_init(&b, 3, 8000);
   /* an admission mode the header does not name is refused */
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
-  cfg.admission = 2;
+  cfg.admission = 3;
   {
     emc_cache *bad = NULL;
     EMCT_ST(emc_cache_create(w.store, &cfg, &bad), EMC_EINVAL);
@@ -511,7 +511,7 @@ START_TEST(background_flush_under_load) {
   pthread_t th[2];
   int stop = 0, i, k, flushes = emct_gpu_quick() ? 2 : 4;
   EMCT_OK(emc_store_create(&d, 1, &st));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 256u << 10; /* a small cache: a short queue (at most the rows it holds) */
   cfg.admission = EMC_ADMISSION_BACKGROUND;

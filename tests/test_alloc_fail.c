@@ -253,7 +253,7 @@ static void step_cache_create(run *R) {
   emc_cache_config cfg;
   emc_cache *c = (emc_cache *)(uintptr_t)0x5a5a5a50;
   emc_status st;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 2048; /* t1 = 1228 bytes against a ~2.4 KB working set */
   cfg.evict_high = 0.6f;
@@ -560,7 +560,7 @@ START_TEST(cache_create_oom_detail) {
   emc_cache *c;
   long long n, p;
   EMCT_OK(emc_store_create(&td, 1, &s));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = (size_t)64 << 20;
   /* count the allocations of at least 1 MiB */

@@ -255,7 +255,7 @@ static void scenario(const char *path) {
   arm();
   emc_store_destroy(o);
   __atomic_store_n(&armed, 0, __ATOMIC_RELAXED);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1024; /* t1: ~30 rows of 32 bytes against a working set of 120 */
   cfg.unified_index_rows = 8;

@@ -4,9 +4,11 @@
  * structure, output buffers); plus status names/texts, versions, NULL destroys, one cache per
  * store, the thread-local detail, and emc_cache_config's struct_size rules.
  */
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +83,7 @@ static void fx_init(fx *f) {
   uint32_t t;
   memset(f, 0, sizeof *f);
   emct_world_init(&f->w, fx_spec, 2, 1.0, 4242);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = 4096; /* small: evictions and write-backs happen */
   EMCT_OK(emc_cache_create(f->w.store, &cfg, &f->c));
   for (r = 0; r < 10; r++) {
@@ -382,7 +384,7 @@ START_TEST(cache_create_bad_config) {
   int k;
   fx_init(&f);
   EMCT_OK(emc_store_create(td, 2, &s2));
-  emc_cache_config_init(&base);
+  emct_cache_config_init(&base);
   ck_assert_uint_eq(base.struct_size, sizeof base);
   ck_assert_int_eq(base.backend, EMC_BACKEND_AUTO);
   ck_assert_uint_eq(base.capacity_bytes, (size_t)64 << 20);
@@ -491,7 +493,33 @@ START_TEST(cache_create_bad_config) {
     ck_assert_ptr_null(c5);
     old.admission = EMC_ADMISSION_BACKGROUND;
     EMCT_OK(emc_cache_create(s2, &old, &c5));
+    ck_assert_int_eq(emc_cache_admission(c5), EMC_ADMISSION_BACKGROUND);
     EMCT_OK(emc_cache_destroy(c5));
+    /* the default, AUTO: the admission thread where this process may use 2 CPUs or more
+     * (a CUDA cache always admits after the lookup: BACKGROUND); the old struct takes it too */
+    {
+      cpu_set_t cpus;
+      emc_admission want;
+      CPU_ZERO(&cpus);
+      ck_assert_int_eq(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+      want = have_cuda || CPU_COUNT(&cpus) >= 2 ? EMC_ADMISSION_BACKGROUND : EMC_ADMISSION_INLINE;
+      emc_cache_config_init(&old);
+      ck_assert_uint_eq(old.admission, EMC_ADMISSION_AUTO);
+      EMCT_OK(emc_cache_create(s2, &old, &c5));
+      ck_assert_int_eq(emc_cache_admission(c5), want);
+      EMCT_OK(emc_cache_destroy(c5));
+      old.struct_size = offsetof(emc_cache_config, reserved_);
+      old.admission = EMC_ADMISSION_INLINE; /* padding in that version: not read */
+      EMCT_OK(emc_cache_create(s2, &old, &c5));
+      ck_assert_int_eq(emc_cache_admission(c5), want);
+      EMCT_OK(emc_cache_destroy(c5));
+      old.struct_size = sizeof old;
+      EMCT_OK(emc_cache_create(s2, &old, &c5));
+      ck_assert_int_eq(emc_cache_admission(c5), have_cuda ? EMC_ADMISSION_BACKGROUND
+                                                          : EMC_ADMISSION_INLINE);
+      EMCT_OK(emc_cache_destroy(c5));
+      ck_assert_int_eq(emc_cache_admission(NULL), EMC_ADMISSION_AUTO);
+    }
   }
   /* a larger struct_size with a NULL config: defaults; an exact-size config works */
   EMCT_OK(emc_cache_create(s2, NULL, &c3));
@@ -528,7 +556,7 @@ START_TEST(cache_create_keyspace) {
     return;
   }
   EMCT_OK(st);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.key_bits = 32;
   cfg.capacity_bytes = 1 << 16;
   EMCT_ST(emc_cache_create(s, &cfg, &c), EMC_EKEYSPACE);
@@ -600,7 +628,7 @@ START_TEST(error_detail_is_thread_local) {
   char mine[512];
   pthread_t th;
   thr_arg a;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.key_bits = 17;
   /* the Check child starts with a fresh detail per process only if nothing failed yet; fail */
   EMCT_ST(emc_cache_create((emc_store *)0, &cfg, &c), EMC_EINVAL);

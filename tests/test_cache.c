@@ -25,7 +25,7 @@ static emc_cache *make_cache(emct_world *w, size_t capacity, float t1, float t2,
                              uint32_t key_bits, uint64_t unified_rows) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = capacity;
   cfg.evict_high = t1;
@@ -822,7 +822,7 @@ START_TEST(hashed_key_collision) {
   emc_stats s;
   ck_assert(v != NULL);
   EMCT_OK(emc_store_create(td, 2, &st));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.key_bits = 32;
   cfg.capacity_bytes = 1 << 16;

@@ -212,7 +212,7 @@ static void rank_main(const char *name, uint32_t r, int cfg, uint64_t steps, int
   float grads[ND * DIM0 + NH * DIM1];
   static unsigned char rows[ND * DIM0 * 4 + NH * DIM1 * 2], want[ND * DIM0 * 4 + NH * DIM1 * 2];
   CHILD_CHECK(emc_store_attach(name, &s) == EMC_OK, "attach");
-  emc_cache_config_init(&cc);
+  emct_cache_config_init(&cc);
   cc.backend = BACKEND;
   cc.capacity_bytes = 16u << 10; /* small: rows come and go */
   cc.key_bits = r % 2 ? 32 : 64;
@@ -288,7 +288,7 @@ static emc_store *reference(int cfg, uint64_t steps, uint32_t n_ranks, emc_cache
   uint64_t k;
   EMCT_OK(emc_store_create(TABLES, 2, &ref));
   EMCT_OK(emc_store_fill_uniform(ref, 0, -1.0f, 1.0f, 11));
-  emc_cache_config_init(&cc);
+  emct_cache_config_init(&cc);
   cc.backend = EMC_BACKEND_HOST;
   cc.capacity_bytes = 8u << 10;
   EMCT_OK(emc_cache_create(ref, &cc, rc));
@@ -382,7 +382,7 @@ START_TEST(the_next_writer_finishes_a_dead_appliers_step) {
     uint64_t ids[NPOS], off[3] = {0, ND, NPOS};
     float grads[ND * DIM0 + NH * DIM1];
     CHILD_CHECK(emc_store_attach(name, &cs) == EMC_OK, "attach");
-    emc_cache_config_init(&cc);
+    emct_cache_config_init(&cc);
     cc.backend = BACKEND;
     cc.capacity_bytes = 1u << 20;
     CHILD_CHECK(emc_cache_create(cs, &cc, &c) == EMC_OK, "cache");
@@ -484,7 +484,7 @@ START_TEST(bad_joins_and_refused_steps) {
   memset(tr, 0, sizeof tr);
   tr[0].g = g;
   EMCT_OK(emc_group_join(s, 1, 2, 2000, &tr[1].g));
-  emc_cache_config_init(&cc);
+  emct_cache_config_init(&cc);
   cc.backend = BACKEND; /* two caches of this backend over one mapping */
   cc.capacity_bytes = 1u << 20;
   for (i = 0; i < 2; i++) {

@@ -109,7 +109,7 @@ START_TEST(capacity_near_size_max) {
       emc_cache_config cfg;
       emc_cache *c = (emc_cache *)(uintptr_t)0x77;
       emc_status st;
-      emc_cache_config_init(&cfg);
+      emct_cache_config_init(&cfg);
       cfg.backend = EMC_BACKEND_HOST;
       cfg.capacity_bytes = caps[i];
       cfg.evict_high = thr[j][0];
@@ -156,7 +156,7 @@ START_TEST(offsets_declaring_huge_batches) {
   unsigned char out[64], where[8];
   size_t i, k, b;
   EMCT_OK(emc_store_create(td, 2, &s));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1 << 16;
   EMCT_OK(emc_cache_create(s, &cfg, &c));
@@ -342,7 +342,7 @@ START_TEST(hostile_arguments) {
   REQUIRE(o == (emc_store *)(uintptr_t)0x99, "failed open wrote *out");
   unlink(p);
   /* cache creation */
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1 << 16;
   EXPECT(EMC_EINVAL, emc_cache_create, NULL, &cfg, &c2);
@@ -455,7 +455,7 @@ START_TEST(hostile_arguments) {
     REQUIRE(o == (emc_store *)(uintptr_t)0x99, "a failed shared-store call wrote *out");
     EXPECT(EMC_OK, emc_store_create_shared, nm, td, 2, &s);
     EXPECT(EMC_EIO, emc_store_create_shared, nm, td, 2, &o);
-    emc_cache_config_init(&cfg);
+    emct_cache_config_init(&cfg);
     cfg.capacity_bytes = 0; /* a bad config over a shared store: refused as for any store */
     EXPECT(EMC_EINVAL, emc_cache_create, s, &cfg, &c2);
     REQUIRE(c2 == (emc_cache *)(uintptr_t)0x99, "a refused cache_create wrote *out");

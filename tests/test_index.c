@@ -529,7 +529,7 @@ START_TEST(stamps_ahead_of_the_pass) {
   }
   EMCT_OK(emc_store_create(T1, 1, &st));
   EMCT_OK(emc_store_fill_uniform(st, 0, -1.0f, 1.0f, 7));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 300 * 16; /* rows of 16 bytes: about 300 slots */
   EMCT_OK(emc_cache_create(st, &cfg, &c));

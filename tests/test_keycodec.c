@@ -786,7 +786,7 @@ END_TEST
 static emc_cache *make_cache(emc_store *s, uint32_t key_bits, uint64_t seed) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1u << 20;
   cfg.key_bits = key_bits;
@@ -876,7 +876,7 @@ START_TEST(cache_create_keyspace) {
   const char *d;
   uint64_t saved_rows;
   EMCT_OK(emc_store_create(td, 3, &s));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1u << 20;
   cfg.key_bits = 32;
@@ -928,7 +928,7 @@ START_TEST(cache_create_keyspace_real_store) {
   emc_status st = emc_store_create(td, 2, &s);
   if (st == EMC_ENOMEM) return; /* no 8 GiB of address space here: nothing to check */
   EMCT_OK(st);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1u << 20;
   cfg.key_bits = 32;

@@ -163,7 +163,7 @@ static const emc_table_desc TABLES[2] = {
     {"H", EMC_TABLE_HASHED, H_CAP, DIM, EMC_DTYPE_F32, EMC_STATE_NONE}};
 
 static void config(emc_cache_config *cfg) {
-  emc_cache_config_init(cfg);
+  emct_cache_config_init(cfg);
   cfg->backend = EMC_BACKEND_HOST;
   cfg->capacity_bytes = 2048; /* about 120 rows: an index of a few tens of buckets */
   cfg->unified_index_rows = 4;

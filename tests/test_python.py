@@ -173,6 +173,14 @@ class T03bBackgroundAdmission(unittest.TestCase):
         with emc.Cache(store, backend="host", capacity_bytes=1 << 20,
                        admission="background") as cache:
             self.assertEqual(cache.config["admission"], 1)
+            self.assertEqual(cache.admission, "background")
+        # the default, "auto": the admission thread where 2 or more CPUs are usable
+        with emc.Cache(store, backend="host", capacity_bytes=1 << 20) as cache:
+            self.assertEqual(cache.config["admission"], 2)
+            self.assertEqual(cache.admission,
+                             "background" if len(os.sched_getaffinity(0)) >= 2 else "inline")
+        with emc.Cache(store, backend="host", admission="inline") as cache:
+            self.assertEqual(cache.admission, "inline")
             ids = np.arange(40, dtype=np.uint64) * 3
             offsets = np.array([0, 20, 40])
             want = np.concatenate([store.read(0, ids[:20]), store.read(1, ids[20:])])
@@ -210,6 +218,7 @@ class T03cSharedStore(unittest.TestCase):
             cache = emc.Cache(store, backend="host", capacity_bytes=1 << 20)
             offs = [0, len(ids), len(ids)]
             np.testing.assert_array_equal(cache.lookup(ids, offs).reshape(-1, 8), want)
+            cache.flush()  # the default admission may run on the cache's thread: wait for it
             _, where = cache.lookup(ids, offs, where=True)
             self.assertTrue((where == 0).all())
             child = (

@@ -131,7 +131,7 @@ static emc_cache *cache_of(emc_store *s, emc_backend be, size_t capacity, uint32
                            uint32_t key_bits) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = be;
   cfg.capacity_bytes = capacity;
   cfg.admission = admission;
@@ -201,7 +201,7 @@ START_TEST(caches_see_each_others_writes) {
   a = test_cache(s, 4u << 20, EMC_ADMISSION_INLINE, 64);
   b = test_cache(s2, 4u << 20, EMC_ADMISSION_BACKGROUND, 32);
   /* AUTO picks the host backend over a shared store; a store with a cache is not destroyed */
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   EMCT_OK(emc_cache_create(s, &cfg, &au));
   ck_assert_int_eq(emc_cache_backend(au), EMC_BACKEND_HOST);
   EMCT_OK(emc_cache_destroy(au));
@@ -471,7 +471,7 @@ static void reader(const char *name, ctl *cl, unsigned k) {
   uint8_t where[2 * BATCH];
   int last = 0;
   CHILD_CHECK(emc_store_attach(name, &s) == EMC_OK, "attach");
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = BACKEND;
   cfg.capacity_bytes = 64u << 10; /* an eighth of the rows or so: evictions all the time */
   cfg.admission = k == 2 ? EMC_ADMISSION_BACKGROUND : EMC_ADMISSION_INLINE;
@@ -558,7 +558,7 @@ static void writer(const char *name, ctl *cl, uint64_t batches) {
   uint64_t b, i;
   uint64_t hmax = HSTART;
   CHILD_CHECK(emc_store_attach(name, &s) == EMC_OK, "attach");
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = BACKEND;
   cfg.capacity_bytes = 32u << 10;
   CHILD_CHECK(emc_cache_create(s, &cfg, &c) == EMC_OK, "cache");

@@ -734,7 +734,7 @@ START_TEST(attached_cache_refuses_writes) {
   emct_tmpdir(dir, sizeof dir);
   EMCT_OK(emc_store_create(td, 2, &s));
   EMCT_OK(emc_store_fill_uniform(s, 0, -1, 1, 8));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1 << 16;
   EMCT_OK(emc_cache_create(s, &cfg, &c));

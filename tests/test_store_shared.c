@@ -432,7 +432,7 @@ START_TEST(bad_names_and_segments) {
   ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), strerror(EEXIST)));
   /* AUTO picks the host backend over a shared store (CUDA caches are asked for by name:
    * test_gpu_shared_cache) */
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = 1u << 20;
   ck_assert_int_eq(emc_cache_create(s, &cfg, &c), EMC_OK);
   ck_assert_int_eq(emc_cache_backend(c), EMC_BACKEND_HOST);

@@ -737,7 +737,7 @@ static void run_traffic(const run_config *rc, uint64_t seed, uint32_t iter_pct, 
     }
   }
 
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMCT_GPU_ON ? EMC_BACKEND_CUDA : EMC_BACKEND_HOST;
   cfg.capacity_bytes = rc->capacity;
   if (rc->t1 > 0) cfg.evict_high = rc->t1;

@@ -392,7 +392,7 @@ static emc_status do_dedup(io *x, emc_cache *c, const batch *b, uint32_t n_table
 static emc_cache *make_cache(model *m, size_t capacity, uint32_t depth) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = BACKEND;
   cfg.capacity_bytes = capacity;
   cfg.prefetch_depth = depth;
@@ -526,7 +526,7 @@ START_TEST(training_matches_reference) {
   capacity = (size_t)(model_bytes(&m) * 0.04); /* a few percent of the rows */
   {
     emc_cache_config cfg;
-    emc_cache_config_init(&cfg);
+    emct_cache_config_init(&cfg);
     cfg.backend = BACKEND;
     cfg.capacity_bytes = capacity;
     cfg.prefetch_depth = tc->depth;
@@ -677,7 +677,7 @@ START_TEST(training_pipelined_matches_host) {
   model_init(&m, TRAIN_TABLES, 4, state, 2000 + (uint64_t)_i);
   model_init(&mh, TRAIN_TABLES, 4, state, 2000 + (uint64_t)_i);
   capacity = (size_t)(model_bytes(&m) * 0.04);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = capacity;
   cfg.prefetch_depth = tc->depth;
   cfg.key_bits = tc->key_bits;
@@ -1200,7 +1200,7 @@ START_TEST(bad_input_changes_nothing) {
   EMCT_OK(emc_cache_destroy(c));
 
   /* the configuration and the state reader */
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   ck_assert_uint_eq(cfg.prefetch_depth, 1);
   cfg.backend = BACKEND;
   cfg.prefetch_depth = 15;

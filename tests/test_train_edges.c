@@ -67,7 +67,7 @@ static void wide_setup(emc_store **s, emc_cache **c) {
   EMCT_OK(emc_store_create(td, 2, s));
   EMCT_OK(emc_store_fill_uniform(*s, 0, -1.0f, 1.0f, 11));
   EMCT_OK(emc_store_fill_uniform(*s, 1, -1.0f, 1.0f, 12));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = WIDE_CAPACITY;
   EMCT_OK(emc_cache_create(*s, &cfg, c));
@@ -174,7 +174,7 @@ static int keyed_cmp(const void *x, const void *y) {
 static emc_cache *col_cache(emc_store *s, size_t capacity) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.key_bits = 32;
   cfg.capacity_bytes = capacity;
@@ -421,7 +421,7 @@ START_TEST(adagrad_on_a_store_mixing_optimizers) {
   EMCT_OK(emc_store_read(s, 0, &ids[0], 1, w[0]));
   EMCT_OK(emc_store_read(s, 0, &ids[1], 1, w[1]));
   EMCT_OK(emc_store_read(s, 1, &ids1[0], 1, t1_before));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = 1u << 20;
   EMCT_OK(emc_cache_create(s, &cfg, &c));

@@ -325,7 +325,7 @@ static void check_resident(emc_cache *c, const emct_world *w, const emcb_warm_pl
 static emc_cache *host_cache(emct_world *w, size_t capacity) {
   emc_cache_config cfg;
   emc_cache *c = NULL;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = capacity;
   EMCT_OK(emc_cache_create(w->store, &cfg, &c));
@@ -345,7 +345,7 @@ START_TEST(apply_makes_resident) {
   for (size_t b = 0; b < s.n_batches; b++)
     ck_assert_int_eq(emcb_warm_count_batch(&cnt, s.ids[b], s.offsets[b]), 0);
   /* a cache that holds part of the sample: the plan is cut by the default budget */
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = 16384;
   const uint64_t budget = emcb_warm_default_budget(&cfg);
   ck_assert_uint_eq(budget, (uint64_t)(16384 * (double)0.80f));
@@ -492,7 +492,7 @@ START_TEST(warm_beats_cold) {
   emct_gen_free(&g);
 
   emc_cache_config cfg;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
   cfg.capacity_bytes = (size_t)(0.05 * (double)total * (double)emcb_slot_stride(dim * 4));
   unsigned char *out = malloc(rc.per * dim * 4);

@@ -114,7 +114,7 @@ static long long scenario(run *R, int device_bufs, long long fail_at) {
     CUDA_OK(cudaMalloc((void **)&d_ids, sizeof ids));
     CUDA_OK(cudaMalloc((void **)&d_out, 2 * PER_T * 64 + 16));
   }
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 48u << 10; /* a few hundred rows: eviction all along */
   if (R->launches)
@@ -223,7 +223,7 @@ static long long burst(run *R, long long fail_at) {
   CUDA_OK(cudaMalloc((void **)&d_ids, sizeof ids));
   CUDA_OK(cudaMalloc((void **)&d_out, BURST * stride));
   CUDA_OK(cudaMalloc((void **)&d_rows, stride));
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 48u << 10;
   cfg.prefetch_depth = 2;

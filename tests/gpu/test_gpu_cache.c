@@ -37,7 +37,7 @@ static void pair_init(pair *p, const emct_tspec *spec, uint32_t n, double alpha,
   emc_cache_config cfg;
   emct_world_init(&p->wh, spec, n, alpha, seed);
   emct_world_init(&p->wd, spec, n, alpha, seed);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = capacity;
   cfg.key_bits = key_bits;
   cfg.unified_index_rows = 4096;
@@ -369,7 +369,7 @@ START_TEST(two_streams_and_an_inserter) {
   pthread_t th[2];
   int i, k;
   emct_world_init(&w, sp, 3, 1.0, 21);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 512u << 10; /* evicting all along */
   EMCT_OK(emc_cache_create(w.store, &cfg, &c));
@@ -423,7 +423,7 @@ START_TEST(unified_rows_readmitted) {
   emc_stats a, b;
   int k;
   ck_assert(ids && ranks && out);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = 64u << 10; /* about 1,000 rows of 64 bytes: most of the 6,000 go */
   cfg.unified_index_rows = 16384;
   for (k = 0; k < 2; k++) {
@@ -483,7 +483,7 @@ START_TEST(many_small_stores_at_once) {
   emc_cache *c[NS];
   emc_cache_config cfg;
   int i;
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 64u << 10;
   for (i = 0; i < NS; i++) {
@@ -520,7 +520,7 @@ START_TEST(bad_ids_and_budgets) {
   size_t free_b = 0, total_b = 0;
   emc_stats s0, s1;
   emct_world_init(&w, sp, 2, 1.0, 31);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   /* a budget above the device's memory is refused at create */
   CUDA_OK(cudaMemGetInfo(&free_b, &total_b));

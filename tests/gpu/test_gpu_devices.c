@@ -68,7 +68,7 @@ START_TEST(current_device_kept) {
   emc_stats st;
   int cache_dev = n_devices > 1 ? 1 : 0, other = 0;
   emct_world_init(&w, specs, 2, 1.0, 81);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 32u << 10;
   cfg.device = cache_dev;
@@ -104,7 +104,7 @@ START_TEST(other_device_memory_refused) {
     return;
   }
   emct_world_init(&w, specs, 2, 1.0, 82);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 32u << 10;
   cfg.device = 0;

@@ -51,7 +51,7 @@ static void twins_init(twins *p, size_t capacity, uint64_t seed) {
   emc_cache_config cfg;
   emct_world_init(&p->wh, specs, NT, 1.05, seed);
   emct_world_init(&p->wd, specs, NT, 1.05, seed);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.capacity_bytes = capacity;
   cfg.unified_index_rows = 256;
   cfg.backend = EMC_BACKEND_HOST;
@@ -350,7 +350,7 @@ START_TEST(captured_scratch_released_with_its_graphs) {
   cudaGraphExec_t exec;
   int k, failures = 0, recaptures = (int)emct_gpu_scale(40, 4);
   emct_world_init(&w, specs, NT, 1.05, 71);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 256u << 10;
   EMCT_OK(emc_cache_create(w.store, &cfg, &c));
@@ -445,7 +445,7 @@ START_TEST(memory_spaces_under_capture) {
   cudaGraphExec_t exec;
   emc_stats a, b;
   emct_world_init(&w, specs, NT, 1.05, 91);
-  emc_cache_config_init(&cfg);
+  emct_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_CUDA;
   cfg.capacity_bytes = 256u << 10;
   EMCT_OK(emc_cache_create(w.store, &cfg, &c));
