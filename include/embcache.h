@@ -431,9 +431,14 @@ typedef struct emc_cache_config {
  *                             returned before it are admitted or skipped (not for lookups
  *                             running meanwhile), so stats read after it count them. The
  *                             thread is named "emc-admit". Needs a free core to pay off.
- *   EMC_ADMISSION_AUTO        (the default) BACKGROUND where the process may run on 2 or more
- *                             CPUs when the cache is created (its affinity mask) and the
- *                             thread starts, else INLINE; emc_cache_admission() says which. Choose INLINE by name
+ *   EMC_ADMISSION_AUTO        (the default) BACKGROUND where the thread that creates the
+ *                             cache may run on 2 or more CPUs (its affinity mask; CPU quotas
+ *                             of a cgroup are not looked at) and the admission thread starts,
+ *                             else INLINE; emc_cache_admission() says which. Each cache has
+ *                             its own thread (one cache per table: one thread per table).
+ *                             After fork() a child's copy of a cache admits inline (the
+ *                             thread is the parent's); create caches after forking where you
+ *                             can, as a lock the parent's thread held at the fork stays held. Choose INLINE by name
  *                             where a lookup's misses must be cached when it returns, or the
  *                             stats exact without an emc_flush, or for one core. */
 typedef enum emc_admission {
@@ -546,9 +551,9 @@ EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t 
                               const void *rows, void *stream);
 
 /* Write every dirty row back to the store (rows stay cached, now clean).
- * Host backend with EMC_ADMISSION_BACKGROUND: first waits until the misses of every lookup
- * that returned before the call are admitted or skipped (stats read after it count them;
- * lookups running meanwhile do not hold it back).
+ * Host backend with the admission thread (EMC_ADMISSION_BACKGROUND, or AUTO that chose it):
+ * first waits until the misses of every lookup that returned before the call are admitted or
+ * skipped (stats read after it count them; lookups running meanwhile do not hold it back).
  * CUDA backend: enqueued on stream, then waits for it. After flushing it reports what the
  * asynchronous calls since the last flush met, the first as the status and all in the detail:
  * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training

@@ -21,7 +21,10 @@
  *               (admit_skipped). emc_flush waits until the batches of the lookups that
  *               returned before it are admitted (emc__admission_drain: a barrier in the
  *               list), not for later ones.
- *               The thread is named "emc-admit"; emc_cache_destroy joins it.
+ *               The thread is named "emc-admit"; emc_cache_destroy joins it. A child of
+ *               fork() has no such thread: there the cache admits inline (here_bg).
+ *   AUTO        resolved at creation (cache.c): BACKGROUND, or INLINE where the thread cannot
+ *               start.
  * Either way every guarantee of a lookup holds: the rows it returned were read before any of
  * this, `where` and the hit/miss counts describe those reads, and admissions and skips are
  * counted when they happen.
@@ -274,28 +277,44 @@ static void *admission_main(void *arg) {
   return NULL;
 }
 
+/* fork(): the child gets a copy of every cache but none of their admission threads. Each
+ * fork in a child bumps the generation; a cache whose thread was started in another
+ * generation admits inline (and its destroy joins nothing). */
+static unsigned fork_gen;
+static void on_fork_child(void) { __atomic_add_fetch(&fork_gen, 1, __ATOMIC_RELAXED); }
+static void register_fork_handler(void) { (void)pthread_atfork(NULL, NULL, on_fork_child); }
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/* The cache's admission thread runs in this process. */
+static int here_bg(const emc__host_cache *h) {
+  return h->adm_bg && h->adm_gen == __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
+}
+
 emc_status emc__admission_start(emc_cache *c) {
   emc__host_cache *h = c->host;
-  int err;
+  const char *what = NULL;
+  int err = 0;
   if (c->cfg.admission != EMC_ADMISSION_BACKGROUND) return EMC_OK;
+  (void)pthread_once(&fork_once, register_fork_handler);
   if (pthread_mutex_init(&h->adm_mu, NULL) != 0) return EMC_FAIL(EMC_ENOMEM, "admission lock");
   if (pthread_cond_init(&h->adm_cv, NULL) != 0) {
     pthread_mutex_destroy(&h->adm_mu);
-    return EMC_FAIL(EMC_ENOMEM, "admission condition");
-  }
-  if (sem_init(&h->adm_sem, 0, 0) != 0) {
+    what = "admission condition";
+  } else if (sem_init(&h->adm_sem, 0, 0) != 0) {
     pthread_cond_destroy(&h->adm_cv);
     pthread_mutex_destroy(&h->adm_mu);
-    return EMC_FAIL(EMC_ENOMEM, "admission semaphore");
+    what = "admission semaphore";
+  } else {
+    h->adm_sync_ok = 1;
+    h->adm_gen = __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
+    if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0)
+      what = "cannot start the admission thread";
   }
-  h->adm_sync_ok = 1;
-  if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0) {
-    if (c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */
-      c->cfg.admission = EMC_ADMISSION_INLINE;
-      return EMC_OK;
-    }
-    return EMC_FAIL(EMC_ENOMEM, "cannot start the admission thread: %s", strerror(err));
+  if (what && c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */
+    c->cfg.admission = EMC_ADMISSION_INLINE;
+    return EMC_OK;
   }
+  if (what) return EMC_FAIL(EMC_ENOMEM, "%s%s%s", what, err ? ": " : "", err ? strerror(err) : "");
   (void)pthread_setname_np(h->adm_thread, "emc-admit"); /* for top -H, gdb, tests */
   h->adm_bg = 1;
   return EMC_OK;
@@ -303,6 +322,11 @@ emc_status emc__admission_start(emc_cache *c) {
 
 void emc__admission_stop(emc__host_cache *h) {
   emc__admit_batch *list;
+  if (h->adm_bg && !here_bg(h)) { /* a fork's child: no thread to stop; the parent's may have
+                                   * held these at the fork, so they are left as they are */
+    h->adm_bg = 0;
+    h->adm_sync_ok = 0;
+  }
   if (h->adm_bg) {
     pthread_mutex_lock(&h->adm_mu);
     h->adm_stop = 1;
@@ -340,7 +364,7 @@ static void push(emc__host_cache *h, emc__admit_batch *b) {
 void emc__admission_drain(emc_cache *c) {
   emc__host_cache *h = c->host;
   emc__admit_batch barrier;
-  if (!h->adm_bg) return;
+  if (!here_bg(h)) return;
   memset(&barrier, 0, sizeof barrier);
   barrier.barrier = 1;
   push(h, &barrier);
@@ -376,7 +400,7 @@ static void admit_background(emc_cache *c, const uint64_t *ids, const uint64_t *
 
 void emc__host_admit(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, uint64_t *keys,
                      uint8_t *kind, uint64_t to_admit, uint64_t now) {
-  if (c->host->adm_bg) admit_background(c, ids, offsets, keys, kind, to_admit, now);
+  if (here_bg(c->host)) admit_background(c, ids, offsets, keys, kind, to_admit, now);
   else admit_inline(c, ids, offsets, keys, kind, to_admit, now);
   free(keys);
   free(kind);

@@ -33,7 +33,8 @@ void emc_cache_config_init(emc_cache_config *cfg) {
   cfg->admission = EMC_ADMISSION_AUTO;
 }
 
-/* CPUs this process may run on (its affinity mask; the online count where that fails). */
+/* CPUs the calling thread may run on (its affinity mask, which a thread it creates inherits;
+ * the online count where that fails). */
 static long usable_cpus(void) {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -73,10 +73,12 @@ struct emc__host_cache {
   uint32_t repack_epoch;      /* odd while a re-pack step runs (ix.epoch points here) */
   uint64_t repack_pos;        /* the sweep's next bucket, never wrapped (bucket repack_pos % nb) */
   /* the cluster a step re-packs now, as sweep positions [lo, hi) (index.c; read by lookups
-   * that miss while the epoch is odd), on a line of their own: written per cluster */
-  _Alignas(64) uint64_t repack_lo;
+   * that miss while the epoch is odd), padded onto a line of their own: written per cluster
+   * (padding, not _Alignas: the struct comes from calloc) */
+  char repack_pad0_[64];
+  uint64_t repack_lo;
   uint64_t repack_hi;
-  _Alignas(64) char repack_pad_;
+  char repack_pad1_[64];
   uint64_t repack_credit;     /* extra buckets owed to the sweep by this call's insertions */
   uint64_t *repack_keys, *repack_lm; /* scratch of repack_max_buckets buckets */
   uint64_t repack_max_buckets;       /* min(EMC__REPACK_MAX_BUCKETS, index buckets) */
@@ -109,7 +111,8 @@ struct emc__host_cache {
   uint64_t pinned_rows;       /* entries with a pin count > 0 */
   uint64_t n_prefetched, n_pin_shortfall, n_grad_rows; /* counters (atomic) */
   /* background admission (admit_host.c; EMC_ADMISSION_BACKGROUND) */
-  int adm_bg;                 /* the thread runs */
+  int adm_bg;                 /* the thread runs (in the process of fork generation adm_gen) */
+  unsigned adm_gen;
   pthread_t adm_thread;
   pthread_mutex_t adm_mu;     /* guards adm_stop and barriers' state */
   pthread_cond_t adm_cv;      /* broadcast when a barrier is reached (a drain waits on it) */
@@ -227,8 +230,9 @@ static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
 }
 
 /* ---------------------------------------------------------------- admit_host.c */
-/* Start / stop the admission thread (EMC_ADMISSION_BACKGROUND; create is a no-op for INLINE).
- * Stop drops what is still queued (clean rows: nothing is lost). */
+/* Start / stop the admission thread (EMC_ADMISSION_BACKGROUND; create is a no-op for INLINE;
+ * AUTO arrives resolved, and turns INLINE here where the thread cannot start). Stop drops
+ * what is still queued (clean rows: nothing is lost). */
 EMC_INTERNAL emc_status emc__admission_start(emc_cache *c);
 EMC_INTERNAL void emc__admission_stop(emc__host_cache *h);
 /* Wait until the misses of every lookup that returned before the call were admitted or skipped

@@ -18,7 +18,8 @@
  *              ids while their misses are queued (the insert waits for the lock before the
  *              lookup queues them, so it runs first): the queued admissions find the ids
  *              cached and leave them, the inserted values are what lookups return and what the
- *              store holds after emc_flush.
+ *              store holds after emc_flush. fork(): the child's copy of such a cache admits
+ *              inline and its flush and destroy return; the parent's cache goes on.
  *
  * Check's passing assertions each write a record to its message file, so per-row checks here
  * reach ck_assert only on a failure (emct_world_check_rows / _store do so).
@@ -30,6 +31,8 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,6 +483,61 @@ typedef struct looker {
   uint64_t misses_done; /* misses of this thread's lookups that returned (atomic) */
 } looker;
 
+/* fork(): a child's copy of a cache that runs an admission thread has no such thread. It
+ * admits inline (a miss is cached when the lookup returns), and emc_flush and
+ * emc_cache_destroy return instead of waiting for the parent's thread; the parent's cache
+ * goes on as before. The child reports by its exit code (an alarm ends a hung one). */
+static int child_of_fork(emc_cache *c, const emct_world *w, const uint64_t *ids,
+                         const uint64_t *offsets) {
+  uint64_t n = offsets[w->n], i;
+  unsigned char *out = malloc(emct_world_batch_bytes(w, offsets));
+  uint8_t *where = malloc(n);
+  alarm(30);
+  if (!out || !where) return 2;
+  if (emc_lookup_ex(c, ids, offsets, out, where, NULL) != EMC_OK) return 3;
+  if (emc_lookup_ex(c, ids, offsets, out, where, NULL) != EMC_OK) return 3;
+  for (i = 0; i < n; i++)
+    if (where[i] != EMC_WHERE_CACHE) return 4; /* not admitted when the first lookup returned */
+  if (emc_flush(c, NULL) != EMC_OK) return 5;
+  if (emc_cache_destroy(c) != EMC_OK) return 6;
+  free(out);
+  free(where);
+  return 0;
+}
+
+START_TEST(background_fork_child_admits_inline) {
+  emct_world w;
+  emc_cache *c;
+  uint64_t counts[3] = {60, 0, 20}, ranks[80], ids[80], offs[4], nc, ns, na;
+  pid_t pid;
+  int status = 0;
+  emct_world_init(&w, bg_spec, 3, 1.0, 616);
+  c = make_cache(&w, (size_t)1 << 20, 64, 1024, 7, EMC_ADMISSION_BACKGROUND);
+  ck_assert_int_eq(emc_cache_admission(c), EMC_ADMISSION_BACKGROUND);
+  emct_world_batch(&w, counts, ids, ranks, offs);
+  bg_lookup(c, &w, ids, ranks, offs, &nc, &ns, &na, "before the fork");
+  EMCT_OK(emc_flush(c, NULL)); /* the thread idles (holds no lock) when the fork comes */
+  emct_world_batch(&w, counts, ids, ranks, offs);
+  fflush(NULL);
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(child_of_fork(c, &w, ids, offs));
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the child of fork(): %s %d (2 no memory, 3 lookup failed, 4 its misses were not "
+                "cached when the lookup returned, 5 flush, 6 destroy failed)",
+                WIFEXITED(status) ? "exit" : "signal (an alarm: it hung)",
+                WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  /* the parent's cache and thread: the same batch misses where the child's admissions were
+   * the child's own, and is admitted by the thread */
+  bg_lookup(c, &w, ids, ranks, offs, &nc, &ns, &na, "parent after the fork");
+  EMCT_OK(emc_flush(c, NULL));
+  emct_check_cache(c, &w, 1, "parent after the fork");
+  EMCT_OK(emc_cache_destroy(c));
+  emct_world_free(&w);
+}
+END_TEST
+
 static void *looker_main(void *arg) {
   looker *l = arg;
   uint64_t ids[256], off[2] = {0, 256}, x = l->seed;
@@ -558,6 +616,7 @@ int main(void) {
   tcase_add_test(tb, background_destroy_with_queued_misses);
   tcase_add_test(tb, background_flush_under_load);
   tcase_add_test(tb, background_insert_while_queued);
+  tcase_add_test(tb, background_fork_child_admits_inline);
   tcase_set_timeout(tb, emct_timeout(60));
   suite_add_tcase(s, tb);
   sr = srunner_create(s);

@@ -90,7 +90,7 @@
  * for key, or a validated unified entry of its id, and then (acquire fence) reads the store
  * row, reads a value the key held at the instant it observed the index, or a later one.
  * A miss is trusted only when the index's re-pack epoch (*epoch) was even and unchanged
- * around the probe: e1 = epoch (acquire) before the probe; after it, an acquire fence and
+ * around the probe (the device's rule; the host narrows it, below): e1 = epoch (acquire) before the probe; after it, an acquire fence and
  * e2 = epoch. Tombstones are cleared in place (no second copy): emc__index_repack re-packs
  * one cluster (a run of buckets without an EMPTY slot, plus the bucket ending it) inside a
  * step that makes the epoch odd first and even again after it, with release fences. A reader
