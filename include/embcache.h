@@ -431,14 +431,18 @@ typedef struct emc_cache_config {
  *                             returned before it are admitted or skipped (not for lookups
  *                             running meanwhile), so stats read after it count them. The
  *                             thread is named "emc-admit". Needs a free core to pay off.
+ *                             fork(): a child's copy of such a cache has no thread and admits
+ *                             inline (emc_cache_admission says so); it works only if the fork
+ *                             came while no call of the cache ran and no admission was queued
+ *                             (say, right after an emc_flush with no lookup or insert running),
+ *                             or the child may find the writer lock held or an entry busy
+ *                             forever. Create caches after forking where you can. (_Fork and
+ *                             raw clone skip the fork handler this relies on.)
  *   EMC_ADMISSION_AUTO        (the default) BACKGROUND where the thread that creates the
  *                             cache may run on 2 or more CPUs (its affinity mask; CPU quotas
  *                             of a cgroup are not looked at) and the admission thread starts,
  *                             else INLINE; emc_cache_admission() says which. Each cache has
- *                             its own thread (one cache per table: one thread per table).
- *                             After fork() a child's copy of a cache admits inline (the
- *                             thread is the parent's); create caches after forking where you
- *                             can, as a lock the parent's thread held at the fork stays held. Choose INLINE by name
+ *                             its own thread (one cache per table: one thread per table). Choose INLINE by name
  *                             where a lookup's misses must be cached when it returns, or the
  *                             stats exact without an emc_flush, or for one core. */
 typedef enum emc_admission {
@@ -492,7 +496,8 @@ EMC_API emc_backend emc_cache_backend(const emc_cache *c);
 
 /* Admission actually in use (EMC_ADMISSION_AUTO resolved): EMC_ADMISSION_INLINE or
  * EMC_ADMISSION_BACKGROUND; CUDA backend: EMC_ADMISSION_BACKGROUND (it admits on its writer
- * stream after the lookup, whatever the configuration). NULL: EMC_ADMISSION_AUTO. */
+ * stream after the lookup, whatever the configuration); a child of fork(): INLINE. NULL:
+ * EMC_ADMISSION_AUTO. */
 EMC_API emc_admission emc_cache_admission(const emc_cache *c);
 
 /* Bytes of a batch's packed row buffer for the cache's store (see "Batches").

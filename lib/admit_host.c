@@ -281,8 +281,11 @@ static void *admission_main(void *arg) {
  * fork in a child bumps the generation; a cache whose thread was started in another
  * generation admits inline (and its destroy joins nothing). */
 static unsigned fork_gen;
+static int fork_handler_ok; /* registered: without it no thread is started */
 static void on_fork_child(void) { __atomic_add_fetch(&fork_gen, 1, __ATOMIC_RELAXED); }
-static void register_fork_handler(void) { (void)pthread_atfork(NULL, NULL, on_fork_child); }
+static void register_fork_handler(void) {
+  fork_handler_ok = pthread_atfork(NULL, NULL, on_fork_child) == 0;
+}
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 /* The cache's admission thread runs in this process. */
@@ -290,14 +293,19 @@ static int here_bg(const emc__host_cache *h) {
   return h->adm_bg && h->adm_gen == __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
 }
 
+int emc__admission_threaded(const emc_cache *c) { return here_bg(c->host); }
+
 emc_status emc__admission_start(emc_cache *c) {
   emc__host_cache *h = c->host;
   const char *what = NULL;
   int err = 0;
   if (c->cfg.admission != EMC_ADMISSION_BACKGROUND) return EMC_OK;
   (void)pthread_once(&fork_once, register_fork_handler);
-  if (pthread_mutex_init(&h->adm_mu, NULL) != 0) return EMC_FAIL(EMC_ENOMEM, "admission lock");
-  if (pthread_cond_init(&h->adm_cv, NULL) != 0) {
+  if (!fork_handler_ok) {
+    what = "cannot register the admission thread's fork handler";
+  } else if (pthread_mutex_init(&h->adm_mu, NULL) != 0) {
+    what = "admission lock";
+  } else if (pthread_cond_init(&h->adm_cv, NULL) != 0) {
     pthread_mutex_destroy(&h->adm_mu);
     what = "admission condition";
   } else if (sem_init(&h->adm_sem, 0, 0) != 0) {
@@ -312,6 +320,12 @@ emc_status emc__admission_start(emc_cache *c) {
   }
   if (what && c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */
     c->cfg.admission = EMC_ADMISSION_INLINE;
+    if (h->adm_sync_ok) { /* the thread alone failed */
+      sem_destroy(&h->adm_sem);
+      pthread_cond_destroy(&h->adm_cv);
+      pthread_mutex_destroy(&h->adm_mu);
+      h->adm_sync_ok = 0;
+    }
     return EMC_OK;
   }
   if (what) return EMC_FAIL(EMC_ENOMEM, "%s%s%s", what, err ? ": " : "", err ? strerror(err) : "");

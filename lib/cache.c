@@ -235,7 +235,9 @@ emc_status emc_cache_destroy(emc_cache *c) {
 emc_backend emc_cache_backend(const emc_cache *c) { return c ? c->backend : EMC_BACKEND_AUTO; }
 
 emc_admission emc_cache_admission(const emc_cache *c) {
-  return c ? (emc_admission)c->cfg.admission : EMC_ADMISSION_AUTO;
+  if (!c) return EMC_ADMISSION_AUTO;
+  if (IS_CUDA(c) || emc__admission_threaded(c)) return EMC_ADMISSION_BACKGROUND;
+  return EMC_ADMISSION_INLINE;
 }
 
 /* Checks shared by lookup and insert: pointers, offsets, dense id ranges. */

@@ -234,6 +234,7 @@ static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
  * AUTO arrives resolved, and turns INLINE here where the thread cannot start). Stop drops
  * what is still queued (clean rows: nothing is lost). */
 EMC_INTERNAL emc_status emc__admission_start(emc_cache *c);
+
 EMC_INTERNAL void emc__admission_stop(emc__host_cache *h);
 /* Wait until the misses of every lookup that returned before the call were admitted or skipped
  * (no-op for INLINE). */

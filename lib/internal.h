@@ -294,6 +294,8 @@ EMC_INTERNAL emc_status emc__pool_geometry(const emc_cache *c, emc__pool_geom *g
 /* Host backend (cache_host.c). Arguments were validated by cache.c; these cannot fail on bad
  * input, only on resources. */
 EMC_INTERNAL emc_status emc__host_create(emc_cache *c);
+/* The cache's admission thread runs in this process (not: INLINE, or a child of fork()). */
+EMC_INTERNAL int emc__admission_threaded(const emc_cache *c);
 EMC_INTERNAL void emc__host_destroy(emc_cache *c);
 EMC_INTERNAL emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                          void *out, uint8_t *where);
