@@ -480,7 +480,7 @@ EMC_API emc_status emc_device_count(int *out);
  * index, above the device's free memory), EMC_ECUDA (a CUDA call failed; its text in the
  * detail; nothing is leaked), EMC_ENOMEM (the cache's host structures; host backend: the
  * pool arena and the index, whose sizes follow capacity_bytes; the admission thread could
- * not start). Blocking. */
+ * not start, with EMC_ADMISSION_BACKGROUND by name: AUTO admits inline instead). Blocking. */
 EMC_API emc_status emc_cache_create(emc_store *store, const emc_cache_config *cfg,
                                     emc_cache **out);
 

@@ -295,6 +295,15 @@ static int here_bg(const emc__host_cache *h) {
 
 int emc__admission_threaded(const emc_cache *c) { return here_bg(c->host); }
 
+/* The thread's mutex, condition and semaphore, once set up (adm_sync_ok), go. */
+static void adm_sync_free(emc__host_cache *h) {
+  if (!h->adm_sync_ok) return;
+  sem_destroy(&h->adm_sem);
+  pthread_cond_destroy(&h->adm_cv);
+  pthread_mutex_destroy(&h->adm_mu);
+  h->adm_sync_ok = 0;
+}
+
 emc_status emc__admission_start(emc_cache *c) {
   emc__host_cache *h = c->host;
   const char *what = NULL;
@@ -320,12 +329,7 @@ emc_status emc__admission_start(emc_cache *c) {
   }
   if (what && c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */
     c->cfg.admission = EMC_ADMISSION_INLINE;
-    if (h->adm_sync_ok) { /* the thread alone failed */
-      sem_destroy(&h->adm_sem);
-      pthread_cond_destroy(&h->adm_cv);
-      pthread_mutex_destroy(&h->adm_mu);
-      h->adm_sync_ok = 0;
-    }
+    adm_sync_free(h); /* set up when the thread alone failed */
     return EMC_OK;
   }
   if (what) return EMC_FAIL(EMC_ENOMEM, "%s%s%s", what, err ? ": " : "", err ? strerror(err) : "");
@@ -355,12 +359,7 @@ void emc__admission_stop(emc__host_cache *h) {
     if (!list->barrier) free(list); /* a barrier is a drain's (a flush racing destroy) */
     list = next;
   }
-  if (h->adm_sync_ok) {
-    sem_destroy(&h->adm_sem);
-    pthread_cond_destroy(&h->adm_cv);
-    pthread_mutex_destroy(&h->adm_mu);
-    h->adm_sync_ok = 0;
-  }
+  adm_sync_free(h);
 }
 
 /* A drain pushes a barrier onto the list like a lookup's batch: every batch of a lookup that
