@@ -289,7 +289,11 @@ uint64_t emc__host_table_rows(const emc_cache *c, uint32_t table) {
 emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined) {
   if (!c) return EMC_FAIL(EMC_EINVAL, "c is NULL");
   if (!c->host) return EMC_FAIL(EMC_EUNSUPPORTED, "the read path is the host backend's");
-  c->host->pipelined = pipelined != 0;
+  if (!(pipelined == 0 || pipelined == 1 ||
+        (pipelined >= EMC__PIPE_D_MIN && pipelined <= EMC__PIPE_D_MAX)))
+    return EMC_FAIL(EMC_EINVAL, "pipelined = %d: 0, 1 or a distance in %d..%d", pipelined,
+                    EMC__PIPE_D_MIN, EMC__PIPE_D_MAX);
+  c->host->pipelined = pipelined;
   return EMC_OK;
 }
 

@@ -84,7 +84,7 @@ struct emc__host_cache {
   uint64_t repack_max_buckets;       /* min(EMC__REPACK_MAX_BUCKETS, index buckets) */
   uint16_t *repack_stamps;
   uint32_t meta_seq;          /* the writers' meta counter (item/index.h, "index") */
-  int pipelined;              /* lookups take the pipelined read (emc__cache_set_pipelined) */
+  int pipelined;              /* lookups' read path and distance (emc__cache_set_pipelined) */
   /* accounting */
   uint64_t bytes_in_use;      /* writer-side (EMC__WR_ADD), read by anyone */
   uint64_t pages_held;        /* writer-side (EMC__WR_ADD), read by anyone */
@@ -171,59 +171,60 @@ static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
   return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
 }
 
-/* Match and EMPTY masks of bucket b for key, from vector loads and compares: bit 2s (never an
- * odd bit) says slot s matches / is EMPTY. The 32-bit compares of a bucket are packed into
+/* Which slots of bucket b hold value v (a key, or EMPTY), from vector loads and compares: bit
+ * 2s (never an odd bit) says slot s does. The 32-bit compares of a bucket are packed into
  * bytes (16 of them: two per 32-bit key, or one per half of a 64-bit key) and taken with one
- * movemask; a 64-bit key matches where both of its halves do. */
+ * movemask; a 64-bit key matches where both of its halves do. KB is the key width (32 or 64):
+ * a constant where the caller's is. */
 #if EMC__HOST_VEC && defined(__x86_64__)
-static inline void emc__hix_masks(const emc__index_view *ix, uint64_t b, uint64_t key,
-                                  uint32_t *match, uint32_t *emp) {
-  const __m128i ee = _mm_set1_epi32(-1);
-  uint32_t m, e;
-  if (ix->key_bits == 32) { /* 8 keys: two vectors of four; 16-bit lanes, two bits per key */
-    const uint32_t *p = (const uint32_t *)ix->keys + b * EMC__BUCKET;
-    const __m128i kk = _mm_set1_epi32((int)(uint32_t)key);
+static inline __attribute__((always_inline)) uint32_t emc__hix_eq(const void *keys, uint32_t KB,
+                                                                  uint64_t b, uint64_t v) {
+  uint32_t m;
+  if (KB == 32) { /* 8 keys: two vectors of four; 16-bit lanes, two bits per key */
+    const uint32_t *p = (const uint32_t *)keys + b * EMC__BUCKET;
+    const __m128i vv = _mm_set1_epi32((int)(uint32_t)v);
     __m128i x0 = (__m128i)emc__v16_load(p), x1 = (__m128i)emc__v16_load(p + 4);
-    m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi32(_mm_cmpeq_epi32(x0, kk), _mm_cmpeq_epi32(x1, kk)));
-    e = (uint32_t)_mm_movemask_epi8(_mm_packs_epi32(_mm_cmpeq_epi32(x0, ee), _mm_cmpeq_epi32(x1, ee)));
+    m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi32(_mm_cmpeq_epi32(x0, vv), _mm_cmpeq_epi32(x1, vv)));
   } else { /* 8 keys: four vectors of two; bytes, one per half */
-    const uint64_t *p = (const uint64_t *)ix->keys + b * EMC__BUCKET;
-    const __m128i kk = _mm_set1_epi64x((long long)key);
+    const uint64_t *p = (const uint64_t *)keys + b * EMC__BUCKET;
+    const __m128i vv = _mm_set1_epi64x((long long)v);
     __m128i x0 = (__m128i)emc__v16_load(p), x1 = (__m128i)emc__v16_load(p + 2),
             x2 = (__m128i)emc__v16_load(p + 4), x3 = (__m128i)emc__v16_load(p + 6);
     m = (uint32_t)_mm_movemask_epi8(
-        _mm_packs_epi16(_mm_packs_epi32(_mm_cmpeq_epi32(x0, kk), _mm_cmpeq_epi32(x1, kk)),
-                        _mm_packs_epi32(_mm_cmpeq_epi32(x2, kk), _mm_cmpeq_epi32(x3, kk))));
-    e = (uint32_t)_mm_movemask_epi8(
-        _mm_packs_epi16(_mm_packs_epi32(_mm_cmpeq_epi32(x0, ee), _mm_cmpeq_epi32(x1, ee)),
-                        _mm_packs_epi32(_mm_cmpeq_epi32(x2, ee), _mm_cmpeq_epi32(x3, ee))));
+        _mm_packs_epi16(_mm_packs_epi32(_mm_cmpeq_epi32(x0, vv), _mm_cmpeq_epi32(x1, vv)),
+                        _mm_packs_epi32(_mm_cmpeq_epi32(x2, vv), _mm_cmpeq_epi32(x3, vv))));
     m &= m >> 1;
-    e &= e >> 1;
   }
-  *match = m & 0x5555u;
-  *emp = e & 0x5555u;
+  return m & 0x5555u;
 }
 #endif
 
 /* Probe for key from bucket b (its home bucket): emc__index_find's answer (tests hold them
  * equal), each bucket's keys read by vector loads and matched by vector compares where the
- * build allows (SSE2 on x86-64: item/access.h, "host vector reads"); elsewhere emc__index_find
- * itself. */
-static inline int64_t emc__hix_find_from(const emc__index_view *ix, uint64_t b, uint64_t key) {
+ * build allows (SSE2 on x86-64: item/access.h, "host vector reads"), its EMPTY slots looked
+ * for only when it does not hold the key; elsewhere emc__index_find itself. KB: as above. */
+static inline __attribute__((always_inline)) int64_t emc__hix_find_kb(const emc__index_view *ix,
+                                                                      uint32_t KB, uint64_t b,
+                                                                      uint64_t key) {
 #if EMC__HOST_VEC && defined(__x86_64__)
+  const void *keys = ix->keys;
+  const uint64_t nb = ix->n_buckets, empty = KB == 32 ? 0xffffffffull : ~0ull;
   uint64_t n;
-  for (n = 0; n < ix->n_buckets; n++) {
-    uint32_t m, e;
-    emc__hix_masks(ix, b, key, &m, &e);
+  for (n = 0; n < nb; n++) {
+    uint32_t m = emc__hix_eq(keys, KB, b, key);
     if (m) return (int64_t)(b * EMC__BUCKET + ((uint64_t)__builtin_ctz(m) >> 1));
-    if (e) return -1;
-    if (++b == ix->n_buckets) b = 0;
+    if (emc__hix_eq(keys, KB, b, empty)) return -1;
+    if (++b == nb) b = 0;
   }
   return -1;
 #else
+  (void)KB;
   (void)b;
   return emc__index_find(ix, key);
 #endif
+}
+static inline int64_t emc__hix_find_from(const emc__index_view *ix, uint64_t b, uint64_t key) {
+  return ix->key_bits == 32 ? emc__hix_find_kb(ix, 32, b, key) : emc__hix_find_kb(ix, 64, b, key);
 }
 static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
   return emc__hix_find_from(ix, emc__home_bucket(key, ix->n_buckets), key);

@@ -353,10 +353,13 @@ typedef struct emc__cache_debug {
   uint64_t index_rebuilds;      /* index re-pack sweeps completed so far */
 } emc__cache_debug;
 
-/* The host lookup's read path: 1 (default) the software-pipelined batched read, 0 the
- * per-row reference path (read_row for every position). Tests drive both on the same
- * batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL), EMC_EUNSUPPORTED (not
- * the host backend). */
+/* The host lookup's read path: 1 (default) the software-pipelined batched read, with the
+ * distance between its stages chosen per batch; EMC__PIPE_D_MIN..EMC__PIPE_D_MAX the same
+ * read with that distance; 0 the per-row reference path (read_row for every position). Tests
+ * drive them on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL, or
+ * another value), EMC_EUNSUPPORTED (not the host backend). */
+#define EMC__PIPE_D_MIN 3
+#define EMC__PIPE_D_MAX 12
 EMC_INTERNAL emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined);
 /* Snapshot of the counters above. Errors: EMC_EINVAL. */
 EMC_INTERNAL emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out);

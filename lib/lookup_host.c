@@ -7,8 +7,10 @@
  *                 retries until a read validates and handles every case (BUSY entries,
  *                 unified-index entries, hashed collisions, a re-pack racing a miss).
  *   the pipeline  the batched read (emc__cache_set_pipelined, on by default): each position
- *                 goes through four stages, PIPE_D positions apart, so the memory accesses of
- *                 about 3 * PIPE_D positions are in flight at once and each id is probed once:
+ *                 goes through four stages, d positions apart, so the memory accesses of
+ *                 about 3 * d positions are in flight at once and each id is probed once
+ *                 (d: pipe_distance, from the batch's mean row width; wide rows want fewer
+ *                 positions in flight, or their prefetches overflow the core's misses):
  *                   A  global key; prefetch its home bucket
  *                   B  re-pack epoch (acquire; odd: the re-pack cursor too); probe; prefetch
  *                      the entry word and the stamp
@@ -158,8 +160,8 @@ static inline void tally_add(tally *n, uint8_t *where, uint64_t i, uint8_t k) {
 }
 
 /* ================================================================= the pipeline */
-#define PIPE_D 8u    /* positions between two stages */
-#define PIPE_RING 32u /* > 3 * PIPE_D, a power of two */
+#define PIPE_RING 64u /* > 3 * EMC__PIPE_D_MAX, a power of two */
+_Static_assert(PIPE_RING > 3 * EMC__PIPE_D_MAX, "the ring holds every position in flight");
 
 enum { P_HIT = 0, P_MISS = 1, P_SLOW = 2 };
 typedef struct pipe_slot {
@@ -194,6 +196,7 @@ typedef struct pipe {
   uint64_t *cnt;        /* 16 counts, by kind */
   unsigned char *dst;   /* stage D's next row */
   uint64_t now;
+  uint64_t d;           /* positions between two stages (pipe_distance) */
   /* stage A's table cursor and what it takes from its table */
   uint64_t a_end;       /* offsets[ta + 1] */
   uint32_t ta, a_rb;
@@ -358,20 +361,34 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
 static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t total,
                                                            const uint32_t KB, const int WH) {
   pipe_slot ring[PIPE_RING];
+  const uint64_t d = P->d;
   uint64_t j;
-  for (j = 0; j < total + 3 * PIPE_D; j++) {
-    if (j >= 3 * PIPE_D && j < total) { /* the steady state: every stage has a position */
+  for (j = 0; j < total + 3 * d; j++) {
+    if (j >= 3 * d && j < total) { /* the steady state: every stage has a position */
       stage_a(P, ring, j, KB);
-      stage_b(P, ring, j - PIPE_D);
-      stage_c(P, ring, j - 2 * PIPE_D);
-      stage_d(P, ring, j - 3 * PIPE_D, KB, WH);
+      stage_b(P, ring, j - d);
+      stage_c(P, ring, j - 2 * d);
+      stage_d(P, ring, j - 3 * d, KB, WH);
       continue;
     }
     if (j < total) stage_a(P, ring, j, KB);
-    if (j >= PIPE_D && j - PIPE_D < total) stage_b(P, ring, j - PIPE_D);
-    if (j >= 2 * PIPE_D && j - 2 * PIPE_D < total) stage_c(P, ring, j - 2 * PIPE_D);
-    if (j >= 3 * PIPE_D) stage_d(P, ring, j - 3 * PIPE_D, KB, WH);
+    if (j >= d && j - d < total) stage_b(P, ring, j - d);
+    if (j >= 2 * d && j - 2 * d < total) stage_c(P, ring, j - 2 * d);
+    if (j >= 3 * d) stage_d(P, ring, j - 3 * d, KB, WH);
   }
+}
+
+/* Positions between two stages for a batch: the lines that about 3 * d positions keep in
+ * flight (each position's bucket, entry word, stamp and row lines) should fill the core's
+ * outstanding misses without overflowing them, or the prefetches wait. emc-bench --all-hit
+ * (dims 16, 64 and 256: 1, 4 and 16 lines a row) ran best near 8-16, 6-8 and 3-4. */
+static uint64_t pipe_distance(const emc_store *s, const uint64_t *offsets, uint64_t total) {
+  uint64_t bytes = 0, lines, d;
+  uint32_t t;
+  for (t = 0; t < s->n_tables; t++) bytes += (offsets[t + 1] - offsets[t]) * s->tables[t].row_bytes;
+  lines = (bytes / total + 63) / 64; /* of the batch's mean row */
+  d = 48u / (lines + 3u);
+  return d < EMC__PIPE_D_MIN ? EMC__PIPE_D_MIN : d > EMC__PIPE_D_MAX ? EMC__PIPE_D_MAX : d;
 }
 
 /* The batched read of positions [0, total): rows into out, kinds into kind[] and where[]
@@ -394,6 +411,8 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
   P.cnt = cnt;
   P.dst = out;
   P.now = now;
+  P.d = c->host->pipelined >= EMC__PIPE_D_MIN ? (uint64_t)c->host->pipelined
+                                               : pipe_distance(c->store, offsets, total);
   P.stamp = emc__stamp_of(now);
   P.ta = (uint32_t)-1; /* stage A's first position moves the cursor to its table */
   P.a_end = 0;

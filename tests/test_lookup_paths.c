@@ -7,6 +7,8 @@
  *
  *   twins      two caches built identically over two identical stores (same tables, same
  *              config, INLINE admission), one pipelined, one per-row, fed the same calls.
+ *              The pipelined one's distance between stages changes each round: the one
+ *              the lookup chooses for the batch, EMC__PIPE_D_MIN, EMC__PIPE_D_MAX.
  *              After every call: out bytes equal (memcmp; each cache's buffer pre-filled with
  *              another byte, so a byte one path leaves unwritten differs), where[] equal,
  *              every emc_stats counter and gauge equal, the white-box debug counters and the
@@ -478,11 +480,17 @@ START_TEST(twins_same_results) {
                             EMC_ADMISSION_INLINE);
     EMCT_OK(emc__cache_set_pipelined(tw.c[k], k == 0));
   }
+  /* a distance outside EMC__PIPE_D_MIN..MAX is refused */
+  ck_assert_int_eq(emc__cache_set_pipelined(tw.c[0], 2), EMC_EINVAL);
+  ck_assert_int_eq(emc__cache_set_pipelined(tw.c[0], EMC__PIPE_D_MAX + 1), EMC_EINVAL);
   bb_init(&b, tw.nt, TW_MAX_BATCH);
   twins_agree(&tw, "fresh caches");
 
   for (round = 0; round < rounds; round++) {
+    /* the pipelined twin's distance between stages: chosen per batch, the least, the most */
+    static const int dist[3] = {1, EMC__PIPE_D_MIN, EMC__PIPE_D_MAX};
     uint64_t m;
+    EMCT_OK(emc__cache_set_pipelined(tw.c[0], dist[round % 3]));
     /* a Zipf mix, through emc_lookup_ex and emc_lookup */
     b.n = 0;
     add_zipf(&tw, &b, 1.0);
