@@ -324,7 +324,12 @@ emc_status emc__admission_start(emc_cache *c) {
   } else {
     h->adm_sync_ok = 1;
     h->adm_gen = __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
-    if ((err = pthread_create(&h->adm_thread, NULL, admission_main, c)) != 0)
+#ifdef EMC_TEST_HOOKS
+    if (__atomic_load_n(&emc__fail_thread_start, __ATOMIC_RELAXED)) err = EAGAIN;
+    else
+#endif
+      err = pthread_create(&h->adm_thread, NULL, admission_main, c);
+    if (err != 0)
       what = "cannot start the admission thread";
   }
   if (what && c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */

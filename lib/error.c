@@ -57,4 +57,6 @@ emc_status emc__fail(emc_status st, const char *func, const char *file, int line
 #ifdef EMC_TEST_HOOKS
 /* The test points' hook (lib/item/access.h, "test points"): set by tests, NULL otherwise. */
 void (*emc__tp_hook)(int kind, const char *what);
+/* lib/internal.h: set by tests, 0 otherwise. */
+int emc__fail_thread_start;
 #endif

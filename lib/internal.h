@@ -358,6 +358,12 @@ typedef struct emc__cache_debug {
  * read with that distance; 0 the per-row reference path (read_row for every position). Tests
  * drive them on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL, or
  * another value), EMC_EUNSUPPORTED (not the host backend). */
+#ifdef EMC_TEST_HOOKS
+/* The tests' build of the library only (embcache_hooks): while non-zero, a cache's admission
+ * thread fails to start as if pthread_create had returned EAGAIN, so tests reach AUTO's
+ * fallback to inline admission and BACKGROUND's EMC_ENOMEM (tests/test_admission.c). */
+extern int emc__fail_thread_start;
+#endif
 #define EMC__PIPE_D_MIN 3
 #define EMC__PIPE_D_MAX 12
 EMC_INTERNAL emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined);

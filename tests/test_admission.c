@@ -20,17 +20,24 @@
  *              cached and leave them, the inserted values are what lookups return and what the
  *              store holds after emc_flush. fork(): the child's copy of such a cache admits
  *              inline and its flush and destroy return; the parent's cache goes on.
+ *   the default, AUTO, without the thread
+ *              where the admission thread cannot start (the tests' build fails it on
+ *              request: emc__fail_thread_start, lib/internal.h), an AUTO cache admits inline
+ *              (emc_cache_admission says so, no thread runs, a lookup's misses are cached
+ *              when it returns) and BACKGROUND by name is EMC_ENOMEM with a detail; on one
+ *              CPU (the creating thread's affinity) AUTO admits inline too.
  *
  * Check's passing assertions each write a record to its message file, so per-row checks here
  * reach ck_assert only on a failure (emct_world_check_rows / _store do so).
  * EMCT_VERBOSE=1 prints what each case covered.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE 1 /* sched_setaffinity, CPU_SET */
 #include "common.h"
 #include "lookup_common.h"
 
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -623,6 +630,100 @@ START_TEST(background_flush_under_load) {
 }
 END_TEST
 
+/* ================================================================== AUTO without the thread */
+/* An AUTO cache over w (1 MiB: every row of bg_spec's first table fits), created with the
+ * admission thread failing to start when `fail`. */
+static emc_cache *auto_cache(emct_world *w, emc_admission admission, int fail, emc_status *st) {
+  emc_cache_config cfg;
+  emc_cache *c = NULL;
+  emc_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_HOST;
+  cfg.capacity_bytes = (size_t)1 << 20;
+  cfg.admission = admission;
+  __atomic_store_n(&emc__fail_thread_start, fail, __ATOMIC_SEQ_CST);
+  *st = emc_cache_create(w->store, &cfg, &c);
+  __atomic_store_n(&emc__fail_thread_start, 0, __ATOMIC_SEQ_CST);
+  return c;
+}
+
+/* Cold distinct ids of table 0 looked up once: with inline admission each is cached when the
+ * lookup returns (no flush), so the stats count them and the same lookup then hits. */
+static void check_admits_inline(emc_cache *c, const emct_world *w, const char *what) {
+  bbuild b;
+  uint64_t i, nc, ns, na;
+  emc_stats s0, s1;
+  bb_init(&b, 3, 500);
+  for (i = 0; i < 500; i++) bb_add(&b, 0, i * 3);
+  bb_group(&b, w);
+  s0 = get_stats(c);
+  bg_lookup(c, w, b.ids, b.ranks, b.offsets, &nc, &ns, &na, what);
+  ck_assert_msg(nc == 0 && ns == 500, "%s: %llu hits, %llu misses of 500 cold ids", what,
+                (unsigned long long)nc, (unsigned long long)ns);
+  s1 = get_stats(c); /* no emc_flush: inline admission is done when the lookup returns */
+  ck_assert_msg(s1.admissions - s0.admissions == 500,
+                "%s: %llu of 500 misses admitted when the lookup returned", what,
+                (unsigned long long)(s1.admissions - s0.admissions));
+  bg_lookup(c, w, b.ids, b.ranks, b.offsets, &nc, &ns, &na, what);
+  ck_assert_msg(nc == 500, "%s: the second lookup hit %llu of 500", what, (unsigned long long)nc);
+  bb_free(&b);
+}
+
+START_TEST(auto_without_thread_admits_inline) {
+  emct_world w;
+  emc_cache *c;
+  emc_status st;
+  const int base = thread_count();
+  emct_world_init(&w, bg_spec, 3, 1.0, 519);
+  /* the thread fails to start: AUTO admits inline */
+  c = auto_cache(&w, EMC_ADMISSION_AUTO, 1, &st);
+  EMCT_OK(st);
+  ck_assert_int_eq(emc_cache_admission(c), EMC_ADMISSION_INLINE);
+  ck_assert_int_eq(thread_count(), base);
+  check_admits_inline(c, &w, "AUTO, thread failed");
+  emct_check_cache(c, &w, 1, "AUTO, thread failed");
+  EMCT_OK(emc_cache_destroy(c));
+  /* BACKGROUND by name: refused, with the reason; the store is free for the next cache */
+  c = auto_cache(&w, EMC_ADMISSION_BACKGROUND, 1, &st);
+  ck_assert_int_eq(st, EMC_ENOMEM);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(emc_last_error_detail(), "admission thread") != NULL,
+                "detail \"%s\" does not name the admission thread", emc_last_error_detail());
+  ck_assert_int_eq(thread_count(), base);
+  c = auto_cache(&w, EMC_ADMISSION_BACKGROUND, 0, &st);
+  EMCT_OK(st);
+  ck_assert_int_eq(emc_cache_admission(c), EMC_ADMISSION_BACKGROUND);
+  ck_assert_int_eq(thread_count(), base + 1);
+  EMCT_OK(emc_cache_destroy(c));
+  ck_assert_int_eq(wait_threads(base, emct_timeout(5.0)), base);
+  /* one CPU in the creating thread's affinity mask: AUTO admits inline */
+  {
+    cpu_set_t was, one;
+    int cpu;
+    CPU_ZERO(&was);
+    ck_assert_int_eq(sched_getaffinity(0, sizeof was, &was), 0);
+    for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &was); cpu++) continue;
+    ck_assert_int_lt(cpu, CPU_SETSIZE);
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    c = auto_cache(&w, EMC_ADMISSION_AUTO, 0, &st);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof was, &was), 0);
+    EMCT_OK(st);
+    ck_assert_int_eq(emc_cache_admission(c), EMC_ADMISSION_INLINE);
+    ck_assert_int_eq(thread_count(), base);
+    check_admits_inline(c, &w, "AUTO on one CPU");
+    EMCT_OK(emc_cache_destroy(c));
+    /* and with the mask back, the thread (where the process has 2 CPUs or more) */
+    c = auto_cache(&w, EMC_ADMISSION_AUTO, 0, &st);
+    EMCT_OK(st);
+    ck_assert_int_eq(emc_cache_admission(c), CPU_COUNT(&was) >= 2 ? EMC_ADMISSION_BACKGROUND
+                                                                  : EMC_ADMISSION_INLINE);
+    EMCT_OK(emc_cache_destroy(c));
+  }
+  emct_world_free(&w);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("admission");
   TCase *tb = tcase_create("background admission");
@@ -633,6 +734,7 @@ int main(void) {
   tcase_add_test(tb, background_flush_under_load);
   tcase_add_test(tb, background_insert_while_queued);
   tcase_add_test(tb, background_fork_child_admits_inline);
+  tcase_add_test(tb, auto_without_thread_admits_inline);
   tcase_set_timeout(tb, emct_timeout(60));
   suite_add_tcase(s, tb);
   sr = srunner_create(s);
