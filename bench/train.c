@@ -394,6 +394,11 @@ int emcb_train_run(emcb_train *tr, const emcb_train_args *a, emcb_train_result *
     }
     r->positions += h->n;
   }
+  /* untimed: with the admission thread the last steps' misses may still be queued, and the
+   * stats count an admission once done (the count may still include the last warm-up
+   * step's: s0 is read without a flush, which would write dirty rows back before the timed
+   * steps) */
+  if ((rc = (int)emc_flush(cache, NULL)) != 0) goto out;
   if ((rc = (int)emc_get_stats(cache, &s1)) != 0) goto out;
   r->prefetch_s = tm.prefetch_s;
   r->lookup_s = tm.lookup_s;
