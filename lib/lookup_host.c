@@ -253,7 +253,7 @@ static inline __attribute__((always_inline)) void stage_a(pipe *P, pipe_slot *ri
     } else {
       x = emc__xxh3_u64(id, P->c->codec.hash_seed) & P->a_mask;
     }
-    p->key = P->keys[k] = P->a_hi | x;
+    p->key = P->a_hi | x;
   }
   p->b = emc__home_bucket(p->key, P->ix.n_buckets);
   __builtin_prefetch(KB == 32 ? (const void *)((const uint32_t *)P->ix.keys + p->b * EMC__BUCKET)
@@ -351,6 +351,7 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
     EMC__TP(EMC__TP_READ, "read: the pipeline hands the position to read_row");
     r = read_row(P->c, p->t, P->ids[k], p->key, P->dst, P->now);
   }
+  if (r & EMC__R_ADMIT) P->keys[k] = p->key; /* the keys admission reads */
   P->kind[k] = r;
   P->cnt[r & 15u]++;
   if (WH) P->where[k] = where_of[r & 15u];
@@ -392,7 +393,7 @@ static uint64_t pipe_distance(const emc_store *s, const uint64_t *offsets, uint6
 }
 
 /* The batched read of positions [0, total): rows into out, kinds into kind[] and where[]
- * (when given), counts into *n (keys[] gets every position's key, for admission). */
+ * (when given), counts into *n (keys[] gets the key of every position to admit: EMC__R_ADMIT). */
 static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                            uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
                            uint8_t *where, tally *n, uint64_t now) {
