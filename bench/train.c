@@ -414,7 +414,7 @@ int emcb_train_run(emcb_train *tr, const emcb_train_args *a, emcb_train_result *
   r->admissions = s1.admissions - s0.admissions;
   r->pinned_rows = s1.pinned_rows;
   r->pinned_bytes = s1.pinned_bytes;
-  rc = (int)emc_cache_destroy(cache); /* dirty rows back to tr->cached */
+  rc = (int)emc_cache_destroy(cache); /* the cache's store is tr->cached (flushed above) */
   cache = NULL;
   if (rc != 0) goto out;
 

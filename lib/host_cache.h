@@ -171,28 +171,45 @@ static inline uint32_t emc__next_meta(emc__host_cache *h, uint32_t flags) {
   return (h->meta_seq & ~(EMC__META_STEP - 1u)) | flags;
 }
 
-/* Which slots of bucket b hold value v (a key, or EMPTY), from vector loads and compares: bit
- * 2s (never an odd bit) says slot s does. The 32-bit compares of a bucket are packed into
- * bytes (16 of them: two per 32-bit key, or one per half of a 64-bit key) and taken with one
- * movemask; a 64-bit key matches where both of its halves do. KB is the key width (32 or 64):
- * a constant where the caller's is. */
+/* Bucket b's keys, loaded once (relaxed: 16-byte vector loads, item/access.h "host vector
+ * reads"), and which of its slots hold a value (a key, or EMPTY): bit 2s (never an odd bit)
+ * says slot s does. The 32-bit compares of a bucket are packed into bytes (16 of them: two
+ * per 32-bit key, or one per half of a 64-bit key) and taken with one movemask; a 64-bit key
+ * matches where both of its halves do. KB is the key width (32 or 64): a constant where the
+ * caller's is. */
 #if EMC__HOST_VEC && defined(__x86_64__)
-static inline __attribute__((always_inline)) uint32_t emc__hix_eq(const void *keys, uint32_t KB,
-                                                                  uint64_t b, uint64_t v) {
+typedef struct emc__hbucket {
+  __m128i x[4]; /* KB 32: x[0..1] */
+} emc__hbucket;
+static inline __attribute__((always_inline)) emc__hbucket emc__hix_load(const void *keys,
+                                                                        uint32_t KB, uint64_t b) {
+  emc__hbucket k;
+  if (KB == 32) {
+    const uint32_t *p = (const uint32_t *)keys + b * EMC__BUCKET;
+    k.x[0] = (__m128i)emc__v16_load(p);
+    k.x[1] = (__m128i)emc__v16_load(p + 4);
+    k.x[2] = k.x[3] = k.x[0];
+  } else {
+    const uint64_t *p = (const uint64_t *)keys + b * EMC__BUCKET;
+    k.x[0] = (__m128i)emc__v16_load(p);
+    k.x[1] = (__m128i)emc__v16_load(p + 2);
+    k.x[2] = (__m128i)emc__v16_load(p + 4);
+    k.x[3] = (__m128i)emc__v16_load(p + 6);
+  }
+  return k;
+}
+static inline __attribute__((always_inline)) uint32_t emc__hix_eq(const emc__hbucket *k,
+                                                                  uint32_t KB, uint64_t v) {
   uint32_t m;
   if (KB == 32) { /* 8 keys: two vectors of four; 16-bit lanes, two bits per key */
-    const uint32_t *p = (const uint32_t *)keys + b * EMC__BUCKET;
     const __m128i vv = _mm_set1_epi32((int)(uint32_t)v);
-    __m128i x0 = (__m128i)emc__v16_load(p), x1 = (__m128i)emc__v16_load(p + 4);
-    m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi32(_mm_cmpeq_epi32(x0, vv), _mm_cmpeq_epi32(x1, vv)));
-  } else { /* 8 keys: four vectors of two; bytes, one per half */
-    const uint64_t *p = (const uint64_t *)keys + b * EMC__BUCKET;
-    const __m128i vv = _mm_set1_epi64x((long long)v);
-    __m128i x0 = (__m128i)emc__v16_load(p), x1 = (__m128i)emc__v16_load(p + 2),
-            x2 = (__m128i)emc__v16_load(p + 4), x3 = (__m128i)emc__v16_load(p + 6);
     m = (uint32_t)_mm_movemask_epi8(
-        _mm_packs_epi16(_mm_packs_epi32(_mm_cmpeq_epi32(x0, vv), _mm_cmpeq_epi32(x1, vv)),
-                        _mm_packs_epi32(_mm_cmpeq_epi32(x2, vv), _mm_cmpeq_epi32(x3, vv))));
+        _mm_packs_epi32(_mm_cmpeq_epi32(k->x[0], vv), _mm_cmpeq_epi32(k->x[1], vv)));
+  } else { /* 8 keys: four vectors of two; bytes, one per half */
+    const __m128i vv = _mm_set1_epi64x((long long)v);
+    const __m128i lo = _mm_packs_epi32(_mm_cmpeq_epi32(k->x[0], vv), _mm_cmpeq_epi32(k->x[1], vv));
+    const __m128i hi = _mm_packs_epi32(_mm_cmpeq_epi32(k->x[2], vv), _mm_cmpeq_epi32(k->x[3], vv));
+    m = (uint32_t)_mm_movemask_epi8(_mm_packs_epi16(lo, hi));
     m &= m >> 1;
   }
   return m & 0x5555u;
@@ -200,9 +217,10 @@ static inline __attribute__((always_inline)) uint32_t emc__hix_eq(const void *ke
 #endif
 
 /* Probe for key from bucket b (its home bucket): emc__index_find's answer (tests hold them
- * equal), each bucket's keys read by vector loads and matched by vector compares where the
- * build allows (SSE2 on x86-64: item/access.h, "host vector reads"), its EMPTY slots looked
- * for only when it does not hold the key; elsewhere emc__index_find itself. KB: as above. */
+ * equal), each bucket's keys read once by vector loads and matched by vector compares where
+ * the build allows (SSE2 on x86-64: item/access.h, "host vector reads"), its EMPTY slots
+ * looked for (in the same loaded keys) only when it does not hold the key; elsewhere
+ * emc__index_find itself. KB: as above. */
 static inline __attribute__((always_inline)) int64_t emc__hix_find_kb(const emc__index_view *ix,
                                                                       uint32_t KB, uint64_t b,
                                                                       uint64_t key) {
@@ -211,9 +229,10 @@ static inline __attribute__((always_inline)) int64_t emc__hix_find_kb(const emc_
   const uint64_t nb = ix->n_buckets, empty = KB == 32 ? 0xffffffffull : ~0ull;
   uint64_t n;
   for (n = 0; n < nb; n++) {
-    uint32_t m = emc__hix_eq(keys, KB, b, key);
+    const emc__hbucket k = emc__hix_load(keys, KB, b);
+    uint32_t m = emc__hix_eq(&k, KB, key);
     if (m) return (int64_t)(b * EMC__BUCKET + ((uint64_t)__builtin_ctz(m) >> 1));
-    if (emc__hix_eq(keys, KB, b, empty)) return -1;
+    if (emc__hix_eq(&k, KB, empty)) return -1;
     if (++b == nb) b = 0;
   }
   return -1;

@@ -353,19 +353,20 @@ typedef struct emc__cache_debug {
   uint64_t index_rebuilds;      /* index re-pack sweeps completed so far */
 } emc__cache_debug;
 
-/* The host lookup's read path: 1 (default) the software-pipelined batched read, with the
- * distance between its stages chosen per batch; EMC__PIPE_D_MIN..EMC__PIPE_D_MAX the same
- * read with that distance; 0 the per-row reference path (read_row for every position). Tests
- * drive them on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL, or
- * another value), EMC_EUNSUPPORTED (not the host backend). */
 #ifdef EMC_TEST_HOOKS
 /* The tests' build of the library only (embcache_hooks): while non-zero, a cache's admission
  * thread fails to start as if pthread_create had returned EAGAIN, so tests reach AUTO's
  * fallback to inline admission and BACKGROUND's EMC_ENOMEM (tests/test_admission.c). */
 extern int emc__fail_thread_start;
 #endif
+
 #define EMC__PIPE_D_MIN 3
 #define EMC__PIPE_D_MAX 12
+/* The host lookup's read path: 1 (default) the software-pipelined batched read, with the
+ * distance between its stages chosen per batch; EMC__PIPE_D_MIN..EMC__PIPE_D_MAX the same
+ * read with that distance; 0 the per-row reference path (read_row for every position). Tests
+ * drive them on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL, or
+ * another value), EMC_EUNSUPPORTED (not the host backend). */
 EMC_INTERNAL emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined);
 /* Snapshot of the counters above. Errors: EMC_EINVAL. */
 EMC_INTERNAL emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out);

@@ -160,7 +160,8 @@ static inline void tally_add(tally *n, uint8_t *where, uint64_t i, uint8_t k) {
 }
 
 /* ================================================================= the pipeline */
-#define PIPE_RING 64u /* > 3 * EMC__PIPE_D_MAX, a power of two */
+#define PIPE_RING 64u /* > 3 * EMC__PIPE_D_MAX, a power of two; a call uses its first
+                       * ring_mask + 1 slots (> 3 * d) */
 _Static_assert(PIPE_RING > 3 * EMC__PIPE_D_MAX, "the ring holds every position in flight");
 
 enum { P_HIT = 0, P_MISS = 1, P_SLOW = 2 };
@@ -197,6 +198,7 @@ typedef struct pipe {
   unsigned char *dst;   /* stage D's next row */
   uint64_t now;
   uint64_t d;           /* positions between two stages (pipe_distance) */
+  uint64_t ring_mask;   /* the ring's slots in use, less one: a power of two > 3 * d */
   /* stage A's table cursor and what it takes from its table */
   uint64_t a_end;       /* offsets[ta + 1] */
   uint32_t ta, a_rb;
@@ -226,7 +228,7 @@ static inline __attribute__((always_inline)) void prefetch_lines(const void *p, 
 /* A: the key of position k, its table; prefetch its home bucket */
 static inline __attribute__((always_inline)) void stage_a(pipe *P, pipe_slot *ring, uint64_t k,
                                                           const uint32_t KB) {
-  pipe_slot *p = &ring[k % PIPE_RING];
+  pipe_slot *p = &ring[k & P->ring_mask];
   if (k >= P->a_end) { /* the next table with ids */
     do P->ta++; while (P->offsets[P->ta + 1] <= k);
     P->a_end = P->offsets[P->ta + 1];
@@ -261,11 +263,12 @@ static inline __attribute__((always_inline)) void stage_a(pipe *P, pipe_slot *ri
 }
 
 /* B: epoch, probe; prefetch the entry word and stamp (a miss: the store map's slot) */
-static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ring, uint64_t k) {
-  pipe_slot *p = &ring[k % PIPE_RING];
+static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ring, uint64_t k,
+                                                          const uint32_t KB) {
+  pipe_slot *p = &ring[k & P->ring_mask];
   p->e1 = EMC_LD_ACQUIRE(P->ix.epoch);
   p->lo1 = (p->e1 & 1u) ? EMC_LD_ACQUIRE(&P->h->repack_lo) : 0;
-  p->pos = emc__hix_find_from(&P->ix, p->b, p->key);
+  p->pos = emc__hix_find_kb(&P->ix, KB, p->b, p->key);
   EMC__TP(EMC__TP_READ, "read: probed");
   if (p->pos >= 0) {
     p->state = P_HIT;
@@ -284,7 +287,7 @@ static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ri
 
 /* C: the entry word lm1; prefetch the row it names (a miss: find the store row, prefetch it) */
 static inline __attribute__((always_inline)) void stage_c(pipe *P, pipe_slot *ring, uint64_t k) {
-  pipe_slot *p = &ring[k % PIPE_RING];
+  pipe_slot *p = &ring[k & P->ring_mask];
   const emc__host_cache *h = P->h;
   if (p->state == P_HIT) {
     uint32_t loc, s;
@@ -318,7 +321,7 @@ static inline __attribute__((always_inline)) void stage_c(pipe *P, pipe_slot *ri
 /* D: acquire fence; copy and validate (a miss: epoch again, store read); else read_row */
 static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ring, uint64_t k,
                                                           const uint32_t KB, const int WH) {
-  pipe_slot *p = &ring[k % PIPE_RING];
+  pipe_slot *p = &ring[k & P->ring_mask];
   uint8_t r = 0xff;
   EMC_FENCE_ACQUIRE();
   if (p->state == P_HIT) {
@@ -367,13 +370,13 @@ static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t tot
   for (j = 0; j < total + 3 * d; j++) {
     if (j >= 3 * d && j < total) { /* the steady state: every stage has a position */
       stage_a(P, ring, j, KB);
-      stage_b(P, ring, j - d);
+      stage_b(P, ring, j - d, KB);
       stage_c(P, ring, j - 2 * d);
       stage_d(P, ring, j - 3 * d, KB, WH);
       continue;
     }
     if (j < total) stage_a(P, ring, j, KB);
-    if (j >= d && j - d < total) stage_b(P, ring, j - d);
+    if (j >= d && j - d < total) stage_b(P, ring, j - d, KB);
     if (j >= 2 * d && j - 2 * d < total) stage_c(P, ring, j - 2 * d);
     if (j >= 3 * d) stage_d(P, ring, j - 3 * d, KB, WH);
   }
@@ -382,13 +385,14 @@ static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t tot
 /* Positions between two stages for a batch: the lines that about 3 * d positions keep in
  * flight (each position's bucket, entry word, stamp and row lines) should fill the core's
  * outstanding misses without overflowing them, or the prefetches wait. emc-bench --all-hit
- * (dims 16, 64 and 256: 1, 4 and 16 lines a row) ran best near 8-16, 6-8 and 3-4. */
+ * (dims 16, 64 and 256: 1, 4 and 16 lines a row) ran best near 8-16, 6-8 and 3-4, and the
+ * default preset (dim 64, misses among the hits) at 8 rather than 6: 12, 8 and 3 here. */
 static uint64_t pipe_distance(const emc_store *s, const uint64_t *offsets, uint64_t total) {
   uint64_t bytes = 0, lines, d;
   uint32_t t;
   for (t = 0; t < s->n_tables; t++) bytes += (offsets[t + 1] - offsets[t]) * s->tables[t].row_bytes;
   lines = (bytes / total + 63) / 64; /* of the batch's mean row */
-  d = 48u / (lines + 3u);
+  d = 56u / (lines + 3u);
   return d < EMC__PIPE_D_MIN ? EMC__PIPE_D_MIN : d > EMC__PIPE_D_MAX ? EMC__PIPE_D_MAX : d;
 }
 
@@ -414,6 +418,8 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
   P.now = now;
   P.d = c->host->pipelined >= EMC__PIPE_D_MIN ? (uint64_t)c->host->pipelined
                                                : pipe_distance(c->store, offsets, total);
+  P.ring_mask = 15u;
+  while (P.ring_mask < 3u * P.d) P.ring_mask = 2u * P.ring_mask + 1u;
   P.stamp = emc__stamp_of(now);
   P.ta = (uint32_t)-1; /* stage A's first position moves the cursor to its table */
   P.a_end = 0;
