@@ -4,7 +4,8 @@
  *   measure.c    passes over a trace: warm-up, the timed lookups, row checks, exact LRU, and
  *                the callbacks of the per-table baseline, --prewarm and --train
  *   report.c     a configuration's JSON line and summary lines (emcb_report)
- * Private to emc-bench (bench/CMakeLists.txt); emc-bench-gpu keeps its own.
+ * Private to emc-bench (bench/CMakeLists.txt); emc-bench-gpu keeps its own. A file that
+ * includes it defines _POSIX_C_SOURCE (200809L) first: now_s uses clock_gettime.
  */
 #ifndef EMC_BENCH_CTX_H
 #define EMC_BENCH_CTX_H
@@ -136,7 +137,7 @@ void emcb_pt_distinct(void *ctx, size_t i, const uint8_t *where, uint64_t *hits,
 double emcb_warm_up(bench_ctx *b, emc_cache *cache);
 
 /* What one pass over the measured batches saw (emcb_measure). */
-typedef struct bench_pass {
+typedef struct emcb_pass {
   double seconds;                    /* wall time of the lookups, summed batch by batch */
   uint64_t where_hits, where_absent; /* positions, by where[] */
   uint64_t dist_hits, dist_total;    /* distinct keys per batch: hits, all */

@@ -34,7 +34,6 @@
 #include <sys/stat.h>
 
 #include "bench_ctx.h"
-#include "jline.h"
 #include "procs.h"
 #include "slot.h"
 

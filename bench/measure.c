@@ -103,12 +103,12 @@ int emcb_pt_check(void *ctx, size_t i, const unsigned char *rows) {
   return 0;
 }
 
-/* ... and batch i's hits per distinct key, as the global cache's are counted. */
 /* --prewarm: the warmed cache's first measured batch, checked as the main cache's rows are. */
 int emcb_warm_check(void *ctx, size_t i, const void *rows) {
   return emcb_check_rows(ctx, batch_ids(ctx, i), rows, "prewarmed cache") != 0;
 }
 
+/* The per-table baseline's hits per distinct key of batch i, counted as the global cache's are. */
 void emcb_pt_distinct(void *ctx, size_t i, const uint8_t *where, uint64_t *hits, uint64_t *keys) {
   bench_ctx *b = ctx;
   size_t m = 0;
