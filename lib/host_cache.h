@@ -242,11 +242,10 @@ static inline __attribute__((always_inline)) int64_t emc__hix_find_kb(const emc_
   return emc__index_find(ix, key);
 #endif
 }
-static inline int64_t emc__hix_find_from(const emc__index_view *ix, uint64_t b, uint64_t key) {
-  return ix->key_bits == 32 ? emc__hix_find_kb(ix, 32, b, key) : emc__hix_find_kb(ix, 64, b, key);
-}
+/* The same from key's home bucket, for the index's key width. */
 static inline int64_t emc__hix_find(const emc__index_view *ix, uint64_t key) {
-  return emc__hix_find_from(ix, emc__home_bucket(key, ix->n_buckets), key);
+  const uint64_t b = emc__home_bucket(key, ix->n_buckets);
+  return ix->key_bits == 32 ? emc__hix_find_kb(ix, 32, b, key) : emc__hix_find_kb(ix, 64, b, key);
 }
 
 /* ---------------------------------------------------------------- admit_host.c */
