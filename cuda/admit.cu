@@ -48,7 +48,6 @@ __global__ void k_wr_begin(const __grid_constant__ wr_args A) {
   g->pages_inited = 0;
   g->pass_active = 0;
   g->aging = 0;
-  g->repack_active = 0;
   g->pf_new_n = 0;
   g->batch_bytes = 0;
 }
@@ -74,10 +73,8 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_wr_demand(const __grid_const
     g->need = g->pass_active ? min(total - V.low, g->bytes_in_use) : 0;
     g->cut_taken = 0;
     if (g->pass_active) g->passes++;
-    /* the re-pack sweep: started when tombstones pass 1/32 of the index, one step a call */
-    if (g->repack_left == 0 && g->ix_tomb > V.ix.n_buckets * EMC__BUCKET / 32)
-      g->repack_left = V.ix.n_buckets;
-    g->repack_active = g->repack_left > 0;
+    /* (the re-pack sweep decides for itself, after this call's evictions and admissions:
+     * maint.cu, k_repack) */
   }
 }
 

@@ -310,6 +310,58 @@ done:
 }
 #undef CHK
 
+/* The index's shape (tests): slots, EMPTY and TOMB slots, and the longest cluster (a run of
+ * buckets without an EMPTY slot plus the bucket that ends it; every bucket when none holds an
+ * EMPTY slot), which bounds what a probe for an absent key walks. Waits for the device. */
+extern "C" emc_status emc__cuda_index_shape(emc_cache *c, emc__ix_shape *out) {
+  emc__cuda_cache *k = c ? c->cuda : NULL;
+  uint64_t slots, nb, b, run = 0, first = UINT64_MAX;
+  size_t kb;
+  unsigned char *keys;
+  emc__index_view ix;
+  cudaError_t e;
+  emc_status st = EMC_OK;
+  if (!k || !out) return EMC_FAIL(EMC_EINVAL, "emc__cuda_index_shape: not a CUDA cache, or out is NULL");
+  memset(out, 0, sizeof *out);
+  nb = k->V.ix.n_buckets;
+  slots = nb * EMC__BUCKET;
+  kb = k->V.key_bits == 32 ? 4 : 8;
+  if (!(keys = (unsigned char *)malloc(slots * kb))) return EMC_FAIL(EMC_ENOMEM, "index shape scratch");
+  EMC_TRY(emc__cuda_enter(k));
+  e = cudaStreamSynchronize(k->writer);
+  if (e == cudaSuccess && k->n_cap_sections) e = cudaEventSynchronize(k->cap_tail);
+  if (e == cudaSuccess) e = cudaMemcpy(keys, k->V.ix.keys, slots * kb, cudaMemcpyDeviceToHost);
+  emc__cuda_leave(k);
+  if (e != cudaSuccess) {
+    free(keys);
+    return emc__cuda_fail(e, "copying the index to the host");
+  }
+  memset(&ix, 0, sizeof ix);
+  ix.keys = keys;
+  ix.n_buckets = nb;
+  ix.key_bits = k->V.key_bits;
+  out->slots = slots;
+  for (b = 0; b < nb; b++) {
+    unsigned s, has_empty = 0;
+    for (s = 0; s < EMC__BUCKET; s++) {
+      uint64_t key = emc__ix_key(&ix, b * EMC__BUCKET + s);
+      out->empty += key == emc__key_empty(ix.key_bits);
+      out->tombs += key == emc__key_tomb(ix.key_bits);
+      has_empty |= key == emc__key_empty(ix.key_bits);
+    }
+    run++;
+    if (has_empty) { /* a cluster ends here; the one that wraps round is counted at the end */
+      if (first == UINT64_MAX) first = run;
+      else if (run > out->longest_cluster) out->longest_cluster = run;
+      run = 0;
+    }
+  }
+  if (first == UINT64_MAX) out->longest_cluster = nb; /* no EMPTY slot anywhere */
+  else if (run + first > out->longest_cluster) out->longest_cluster = run + first;
+  free(keys);
+  return st;
+}
+
 /* ================================================================= profile */
 static const char *const stage_name[PROF_N] = {"lookup", "writer(admit+evict+maint)"};
 

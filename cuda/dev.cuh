@@ -39,8 +39,8 @@ typedef unsigned long long ull;
 #define EMC_NONE32 0xffffffffu
 #define EMC_WB_CELLS 65536u           /* write-back cells (power of two): see wb_begin */
 #define EMC_INLINE_TABLES 64u         /* offsets passed in kernel parameters up to this many */
-#define EMC_REPACK_STEP 4096u         /* buckets re-packed per writer call */
-#define EMC_REPACK_CLUSTER 32u        /* longest cluster the device re-packs (buckets) */
+#define EMC_REPACK_STEP 4096u         /* buckets re-packed per writer call (urgent: all) */
+#define EMC_REPACK_CLUSTER 32u        /* longest cluster a re-pack thread takes (buckets) */
 #define EMC_HIST 4096u                /* age histogram buckets (EMC__AGE_CLAMP / 8 calls) */
 
 /* ---------------------------------------------------------------- device state */
@@ -91,7 +91,7 @@ typedef struct dglob {
   uint32_t repack_epoch;              /* odd while a re-pack step runs (the index's epoch) */
   uint32_t aged_at;                   /* clock of the last stamp aging */
   uint32_t free_top;                  /* free page stack */
-  uint32_t pass_active, aging, cut, repack_active, n_new_pages, n_grants;
+  uint32_t pass_active, aging, cut, n_new_pages, n_grants;
   /* prefetch pins (train.cu) */
   uint32_t pin_next;                  /* the ring list the next prefetch releases and refills */
   ull pinned_bytes, pinned_rows;      /* entries with a pin count > 0, their slot bytes */

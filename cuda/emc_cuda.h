@@ -46,6 +46,11 @@ void emc__cuda_count_host_writes(emc_cache *c, uint64_t inserts, uint64_t grad_r
 /* White-box check of a CUDA cache's device structures (tests): EMC_OK or EMC_ECORRUPT with a
  * detail. Waits for the device. */
 emc_status emc__cuda_check(emc_cache *c);
+/* The index's shape (tests; waits for the device): see cuda/check.cu. */
+typedef struct emc__ix_shape {
+  uint64_t slots, empty, tombs, longest_cluster; /* longest_cluster in buckets */
+} emc__ix_shape;
+emc_status emc__cuda_index_shape(emc_cache *c, emc__ix_shape *out);
 emc_status emc__cuda_table_rows(const emc_cache *c, uint32_t table, uint64_t *out);
 /* Scratch slots held by callers' captured graphs, after freeing those whose graphs are gone
  * (tests). */

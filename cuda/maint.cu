@@ -4,12 +4,10 @@
  *            free page stack
  *   flush    a thread per index slot: dirty rows written back, DIRTY cleared (readers ignore
  *            the bit, so no fresh meta)
- *   repack   a bounded step of the in-place tombstone sweep (lib/emc_item.h,
- *            emc__index_repack), one kernel of one block: the re-pack epoch goes odd, the
- *            cluster starts of the step's EMC_REPACK_STEP buckets are marked before any moves,
- *            each thread re-packs the clusters at its marks in scratch of its own (clusters over
- *            EMC_REPACK_CLUSTER buckets are skipped), and the epoch goes even; lookups that
- *            probed meanwhile retry their misses
+ *   repack   the in-place tombstone sweep (lib/emc_item.h, emc__index_repack): a bounded
+ *            step per writer call, the whole index when EMPTY slots run short; one kernel of
+ *            one block whose re-pack epoch is odd while entries move (lookups that probed
+ *            meanwhile retry their misses); see k_repack
  * A write to the store (write-back, write-through) holds the key's write-back cell (dev.cuh,
  * wb_begin), so a lookup that copied the row meanwhile sees the cell move and copies again.
  */
@@ -93,41 +91,79 @@ cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
 }
 
 /* ---------------------------------------------------------------- repack
- * One kernel, one block: the step's epoch goes odd, the cluster starts among its buckets are
- * marked before anything moves, each thread re-packs the clusters that start at its marks
- * (emc_item.h, emc__index_repack, with scratch of its own in device memory), and the epoch
- * goes even, all inside the block. A lookup that probes meanwhile and misses waits for this
- * block, a running kernel that finishes without waiting: the forward-progress rule. (The
- * step used to open the epoch in one kernel and close it three kernels later: a lookup could
- * spin on it for good, since CUDA guarantees no progress between kernels: defect 2.) */
+ * One kernel, one block, the last stage of a writer call. It decides first (the counters are
+ * final by then: eviction and admission ran before it), as the host backend does
+ * (lib/index.c, emc__hix_maintain):
+ *   start   a sweep of the whole index starts when tombstones pass 1/32 of its slots;
+ *   urgent  when EMPTY slots are under 1/64 of the slots (tombstones and live entries took the
+ *           rest), this call sweeps the whole index, not one step: a probe for an absent key
+ *           walks its cluster up to the first bucket with an EMPTY slot, so an index short of
+ *           them makes every miss walk far (the first GPU run: every lookup with misses slowed
+ *           to milliseconds, bench/GPU_RESULTS.md).
+ * Then, EMC_REPACK_STEP buckets at a time: the step's epoch goes odd, the cluster starts among
+ * the buckets are marked before anything moves, each thread re-packs the clusters that start
+ * at its marks (emc_item.h, emc__index_repack) in scratch of its own (EMC_REPACK_CLUSTER
+ * buckets), then thread 0 re-packs the longer ones in the whole block's scratch
+ * (RP_THREADS * EMC_REPACK_CLUSTER buckets; longer clusters stay as they are), and the epoch
+ * goes even, all inside the block. Clusters never overlap (each ends at the first bucket with
+ * an EMPTY slot, which keeps one after a re-pack), and marks are taken afresh after each
+ * chunk's moves. A lookup that probes meanwhile and misses waits for this block, a running
+ * kernel that finishes without waiting: the forward-progress rule. (The step used to open the
+ * epoch in one kernel and close it three kernels later: a lookup could spin on it for good,
+ * since CUDA guarantees no progress between kernels: defect 2.) */
+#define RP_LONG ((uint64_t)RP_THREADS * EMC_REPACK_CLUSTER) /* longest cluster re-packed */
 __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ dview V, uint8_t *start,
                                                        uint64_t *scratch) {
-  __shared__ ull dropped_all;
-  const uint64_t nb = V.ix.n_buckets, step = EMC_REPACK_STEP < nb ? EMC_REPACK_STEP : nb;
+  __shared__ ull dropped_all, s_step;
+  const uint64_t nb = V.ix.n_buckets, slots = nb * EMC__BUCKET;
   const uint64_t at = V.g->repack_at, ns = (uint64_t)EMC_REPACK_CLUSTER * EMC__BUCKET;
   uint64_t *sk = scratch + (uint64_t)threadIdx.x * ns * 3, *sl = sk + ns;
   uint16_t *ss = (uint16_t *)(sl + ns);
-  ull dropped = 0;
-  if (!V.g->repack_active) return; /* (uniform: read before any thread writes it) */
+  const uint64_t empty = emc__key_empty(V.key_bits);
+  ull dropped = 0, step, done;
   if (threadIdx.x == 0) {
+    dglob *g = V.g;
+    const ull tomb = g->ix_tomb, live = g->ix_live;
+    const int urgent = tomb > 0 && slots - live - tomb < slots / 64;
+    if (g->repack_left == 0 && (tomb > slots / 32 || urgent)) g->repack_left = nb;
+    s_step = g->repack_left == 0 ? 0 : urgent ? nb : EMC_REPACK_STEP < nb ? EMC_REPACK_STEP : nb;
     dropped_all = 0;
-    V.g->repack_epoch++; /* odd: misses probed from now on are retried */
-    __threadfence();
+    if (s_step) {
+      g->repack_epoch++; /* odd: misses probed from now on are retried */
+      __threadfence();
+    }
   }
   __syncthreads();
-  for (uint64_t j = threadIdx.x; j < step; j += blockDim.x) {
-    uint64_t b = (at + j) % nb, prev = (b + nb - 1) % nb, empty = emc__key_empty(V.key_bits);
-    int e = 0;
-    for (unsigned s = 0; s < EMC__BUCKET; s++) e |= ix_key(V.ix, prev * EMC__BUCKET + s) == empty;
-    start[j] = (uint8_t)e;
-  }
-  __syncthreads();
-  for (uint64_t j = threadIdx.x; j < step; j += blockDim.x) {
-    uint64_t b = (at + j) % nb, len;
-    if (!start[j]) continue;
-    len = emc__index_cluster_len(&V.ix, b, EMC_REPACK_CLUSTER);
-    if (len == 0) continue;
-    dropped += emc__index_repack(&V.ix, b, len, sk, sl, ss);
+  step = s_step;
+  if (step == 0) return;
+  for (done = 0; done < step; done += EMC_REPACK_STEP) {
+    const uint64_t chunk = step - done < EMC_REPACK_STEP ? step - done : EMC_REPACK_STEP;
+    for (uint64_t j = threadIdx.x; j < chunk; j += blockDim.x) {
+      uint64_t b = (at + done + j) % nb, prev = (b + nb - 1) % nb;
+      int e = 0;
+      for (unsigned s = 0; s < EMC__BUCKET; s++) e |= ix_key(V.ix, prev * EMC__BUCKET + s) == empty;
+      start[j] = (uint8_t)e;
+    }
+    __syncthreads();
+    for (uint64_t j = threadIdx.x; j < chunk; j += blockDim.x) {
+      uint64_t b = (at + done + j) % nb, len;
+      if (!start[j]) continue;
+      len = emc__index_cluster_len(&V.ix, b, EMC_REPACK_CLUSTER);
+      if (len == 0) continue; /* longer: thread 0, below (start[j] stays 1) */
+      start[j] = 0;
+      dropped += emc__index_repack(&V.ix, b, len, sk, sl, ss);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) /* the long clusters, one after another in the whole scratch */
+      for (uint64_t j = 0; j < chunk; j++) {
+        uint64_t b = (at + done + j) % nb, len;
+        if (!start[j]) continue;
+        len = emc__index_cluster_len(&V.ix, b, RP_LONG);
+        if (len > 0)
+          dropped += emc__index_repack(&V.ix, b, len, scratch, scratch + RP_LONG * EMC__BUCKET,
+                                       (uint16_t *)(scratch + 2 * RP_LONG * EMC__BUCKET));
+      }
+    __syncthreads();
   }
   if (dropped) atomicAdd(&dropped_all, dropped);
   __syncthreads();
@@ -139,7 +175,6 @@ __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ d
     g->repack_at = (at + step) % nb;
     g->repack_left = g->repack_left > step ? g->repack_left - step : 0;
     if (g->repack_left == 0) g->repacks++;
-    g->repack_active = 0;
   }
 }
 
