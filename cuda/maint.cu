@@ -103,18 +103,19 @@ cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
  * Then, EMC_REPACK_STEP buckets at a time: the step's epoch goes odd, the cluster starts among
  * the buckets are marked before anything moves, each thread re-packs the clusters that start
  * at its marks (emc_item.h, emc__index_repack) in scratch of its own (EMC_REPACK_CLUSTER
- * buckets), then thread 0 re-packs the longer ones in the whole block's scratch
- * (RP_THREADS * EMC_REPACK_CLUSTER buckets; longer clusters stay as they are), and the epoch
- * goes even, all inside the block. Clusters never overlap (each ends at the first bucket with
- * an EMPTY slot, which keeps one after a re-pack), and marks are taken afresh after each
- * chunk's moves. A lookup that probes meanwhile and misses waits for this block, a running
+ * buckets), then the longer ones are re-packed in spans of the whole block's scratch
+ * (RP_THREADS * EMC_REPACK_CLUSTER buckets, rounds until each had a span; longer clusters stay
+ * as they are), and the epoch goes even, all inside the block. Clusters never overlap (each
+ * ends at the first bucket with an EMPTY slot, which keeps one after a re-pack), and marks are
+ * taken afresh after each chunk's moves. A lookup that probes meanwhile and misses waits for this block, a running
  * kernel that finishes without waiting: the forward-progress rule. (The step used to open the
  * epoch in one kernel and close it three kernels later: a lookup could spin on it for good,
  * since CUDA guarantees no progress between kernels: defect 2.) */
 #define RP_LONG ((uint64_t)RP_THREADS * EMC_REPACK_CLUSTER) /* longest cluster re-packed */
 __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ dview V, uint8_t *start,
                                                        uint64_t *scratch) {
-  __shared__ ull dropped_all, s_step;
+  __shared__ ull dropped_all, s_step, s_used;
+  __shared__ int s_more;
   const uint64_t nb = V.ix.n_buckets, slots = nb * EMC__BUCKET;
   const uint64_t at = V.g->repack_at, ns = (uint64_t)EMC_REPACK_CLUSTER * EMC__BUCKET;
   uint64_t *sk = scratch + (uint64_t)threadIdx.x * ns * 3, *sl = sk + ns;
@@ -149,21 +150,42 @@ __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ d
       uint64_t b = (at + done + j) % nb, len;
       if (!start[j]) continue;
       len = emc__index_cluster_len(&V.ix, b, EMC_REPACK_CLUSTER);
-      if (len == 0) continue; /* longer: thread 0, below (start[j] stays 1) */
+      if (len == 0) continue; /* longer: the rounds below (start[j] stays 1) */
       start[j] = 0;
       dropped += emc__index_repack(&V.ix, b, len, sk, sl, ss);
     }
     __syncthreads();
-    if (threadIdx.x == 0) /* the long clusters, one after another in the whole scratch */
-      for (uint64_t j = 0; j < chunk; j++) {
-        uint64_t b = (at + done + j) % nb, len;
+    /* the long clusters, in rounds: each takes a span of the whole scratch sized to its
+     * length; one that does not fit waits for the next round (the first span of a round
+     * always fits: a cluster is at most RP_LONG buckets; a longer one stays as it is) */
+    for (;;) {
+      if (threadIdx.x == 0) {
+        s_used = 0;
+        s_more = 0;
+      }
+      __syncthreads();
+      for (uint64_t j = threadIdx.x; j < chunk; j += blockDim.x) {
+        uint64_t b = (at + done + j) % nb, len, n, off;
         if (!start[j]) continue;
         len = emc__index_cluster_len(&V.ix, b, RP_LONG);
-        if (len > 0)
-          dropped += emc__index_repack(&V.ix, b, len, scratch, scratch + RP_LONG * EMC__BUCKET,
-                                       (uint16_t *)(scratch + 2 * RP_LONG * EMC__BUCKET));
+        if (len == 0) { /* longer than the whole scratch */
+          start[j] = 0;
+          continue;
+        }
+        n = len * EMC__BUCKET;
+        off = atomicAdd(&s_used, (ull)n);
+        if (off + n > RP_LONG * EMC__BUCKET) {
+          s_more = 1;
+          continue;
+        }
+        start[j] = 0;
+        dropped += emc__index_repack(&V.ix, b, len, scratch + off, scratch + RP_LONG * EMC__BUCKET + off,
+                                     (uint16_t *)(scratch + 2 * RP_LONG * EMC__BUCKET) + off);
       }
-    __syncthreads();
+      __syncthreads();
+      if (!s_more) break; /* (uniform: read after the barrier, written before it) */
+      __syncthreads();    /* every thread has read s_more before thread 0 resets it */
+    }
   }
   if (dropped) atomicAdd(&dropped_all, dropped);
   __syncthreads();
