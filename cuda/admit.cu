@@ -9,7 +9,7 @@
  *   begin    (1 thread) tick the clock, reset the call's state
  *   demand   (1 block) the call's demand (misses per table times their stride); decide on the
  *            device whether an eviction pass runs (bytes in use + demand > t1, or the stamps
- *            are due for aging) and whether a re-pack step of the index runs (see maint.cu)
+ *            are due for aging)
  *   evict    the pass, when decided (evict.cu); its kernels return at once otherwise
  *   plan     (1 block) room below t1 shared between tables in table order by one block-wide
  *            scan (emc__plan_allow); per table, one thread grants slots from its pages with free
@@ -26,6 +26,8 @@
  *   publish  a thread per filled slot: claim an index slot (CAS on the key) and write the entry
  *            word, or turn the id's unified-index entry into a slot entry; then the slot leaves
  *            the page's bitmap and the counters move
+ *   repack   (1 block, maint.cu) decides for itself whether a re-pack step of the index runs,
+ *            or a sweep of the whole index (EMPTY slots short)
  *   end      (1 block) the scratch's per-table counters go back to zero, the miss-set epoch
  *            moves on
  * The rows being admitted are in slots no entry names until publish: no pass can evict them.
@@ -437,7 +439,9 @@ cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStre
 
 cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st) {
   wr_args A = args_of(k, C);
+  cudaError_t e;
   EMC_LAUNCH_OR_RETURN(k_plan, 1, EMC_WR_THREADS, st, A);
+  if ((e = emc__cu_repack(k, 1, st)) != cudaSuccess) return e;
   EMC_LAUNCH_OR_RETURN(k_page_init, 64, 256, st, A);
   EMC_LAUNCH_OR_RETURN(k_admit_fill, grid_for(C->n * 32, 256), 256, st, A);
   EMC_LAUNCH_OR_RETURN(k_admit_publish, grid_for(C->n, 256), 256, st, A);

@@ -327,7 +327,10 @@ extern "C" emc_status emc__cuda_index_shape(emc_cache *c, emc__ix_shape *out) {
   slots = nb * EMC__BUCKET;
   kb = k->V.key_bits == 32 ? 4 : 8;
   if (!(keys = (unsigned char *)malloc(slots * kb))) return EMC_FAIL(EMC_ENOMEM, "index shape scratch");
-  EMC_TRY(emc__cuda_enter(k));
+  if ((st = emc__cuda_enter(k)) != EMC_OK) {
+    free(keys);
+    return st;
+  }
   e = cudaStreamSynchronize(k->writer);
   if (e == cudaSuccess && k->n_cap_sections) e = cudaEventSynchronize(k->cap_tail);
   if (e == cudaSuccess) e = cudaMemcpy(keys, k->V.ix.keys, slots * kb, cudaMemcpyDeviceToHost);

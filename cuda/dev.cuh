@@ -455,15 +455,16 @@ typedef struct emc__cuda_cache emc__cuda_cache;
 /* The cache's device view and re-pack marks buffer (cache_cuda.cu). */
 const dview *emc__cuda_view(const emc__cuda_cache *k);
 uint8_t *emc__cuda_repack_marks(const emc__cuda_cache *k);
-/* The re-pack block's scratch: RP_THREADS clusters of EMC_REPACK_CLUSTER buckets (keys, entry
- * words, stamps). */
+/* The re-pack block's scratch: RP_THREADS (256) clusters of EMC_REPACK_CLUSTER buckets (keys,
+ * entry words, stamps), one a thread; longer clusters take spans of the whole of it
+ * (maint.cu, k_repack, which asserts that RP_THREADS is 256). */
 uint64_t *emc__cuda_repack_scratch(const emc__cuda_cache *k);
 #define EMC_REPACK_SCRATCH_BYTES (256ull * EMC_REPACK_CLUSTER * EMC__BUCKET * 3 * 8)
 /* Host copy of table t's constants. */
 const dtab *emc__cuda_tab_host(const emc__cuda_cache *k, uint32_t t);
 /* Writer calls: begin (tick the clock, reset the call's state), then optional work that
- * records misses (training calls, train.cuh), then demand (decide pass and re-pack on the
- * device), then evict, admit, repack, end. */
+ * records misses (training calls, train.cuh), then demand (decide on the device whether an
+ * eviction pass runs), then evict, admit, repack (which decides for itself), end. */
 cudaError_t emc__cu_wr_begin(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_wr_demand(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_wr_end(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
@@ -475,7 +476,10 @@ cudaError_t emc__cu_lookup(const emc__cuda_cache *k, const dcall *C, uint32_t *t
                            cudaStream_t st);
 cudaError_t emc__cu_admit(const emc__cuda_cache *k, const dcall *C, cudaStream_t st);
 cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st);
-cudaError_t emc__cu_repack(const emc__cuda_cache *k, cudaStream_t st);
+/* pre: before a call's admissions (emc__cu_admit, after its plan): only an urgent sweep, when
+ * the entries the plan allows could leave EMPTY slots short (an index without any EMPTY slot
+ * has no cluster start, and no re-pack could mend it); else after them, the sweep's step. */
+cudaError_t emc__cu_repack(const emc__cuda_cache *k, int pre, cudaStream_t st);
 
 cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st);
 cudaError_t emc__cu_init(const emc__cuda_cache *k, cudaStream_t st);

@@ -14,6 +14,8 @@
 #include "dev.cuh"
 
 #define RP_THREADS 256 /* threads of the re-pack block; each has scratch for one cluster */
+static_assert(EMC_REPACK_SCRATCH_BYTES == (unsigned long long)RP_THREADS * EMC_REPACK_CLUSTER * EMC__BUCKET * 3 * 8,
+              "the re-pack scratch holds one cluster of EMC_REPACK_CLUSTER buckets per thread");
 
 /* ---------------------------------------------------------------- init */
 __global__ void k_init(const __grid_constant__ dview V) {
@@ -91,15 +93,19 @@ cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
 }
 
 /* ---------------------------------------------------------------- repack
- * One kernel, one block, the last stage of a writer call. It decides first (the counters are
- * final by then: eviction and admission ran before it), as the host backend does
- * (lib/index.c, emc__hix_maintain):
+ * One kernel, one block, run twice in a writer call that admits: after its plan ('pre') and as
+ * its last stage. It decides first, from the counters as the stages before it left them, on
+ * the host backend's thresholds (lib/index.c, emc__hix_maintain, which checks them before
+ * every insert and grows its step with the inserts; here a step is EMC_REPACK_STEP buckets):
  *   start   a sweep of the whole index starts when tombstones pass 1/32 of its slots;
  *   urgent  when EMPTY slots are under 1/64 of the slots (tombstones and live entries took the
  *           rest), this call sweeps the whole index, not one step: a probe for an absent key
  *           walks its cluster up to the first bucket with an EMPTY slot, so an index short of
  *           them makes every miss walk far (the first GPU run: every lookup with misses slowed
- *           to milliseconds, bench/GPU_RESULTS.md).
+ *           to milliseconds, bench/GPU_RESULTS.md);
+ *   pre     before the admissions only the urgent sweep runs, counting the entries the plan
+ *           allows as taken: an index without any EMPTY slot has no cluster start, and no
+ *           re-pack could mend it.
  * Then, EMC_REPACK_STEP buckets at a time: the step's epoch goes odd, the cluster starts among
  * the buckets are marked before anything moves, each thread re-packs the clusters that start
  * at its marks (emc_item.h, emc__index_repack) in scratch of its own (EMC_REPACK_CLUSTER
@@ -113,7 +119,7 @@ cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
  * since CUDA guarantees no progress between kernels: defect 2.) */
 #define RP_LONG ((uint64_t)RP_THREADS * EMC_REPACK_CLUSTER) /* longest cluster re-packed */
 __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ dview V, uint8_t *start,
-                                                       uint64_t *scratch) {
+                                                       uint64_t *scratch, int pre) {
   __shared__ ull dropped_all, s_step, s_used;
   __shared__ int s_more;
   const uint64_t nb = V.ix.n_buckets, slots = nb * EMC__BUCKET;
@@ -124,10 +130,17 @@ __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ d
   ull dropped = 0, step, done;
   if (threadIdx.x == 0) {
     dglob *g = V.g;
-    const ull tomb = g->ix_tomb, live = g->ix_live;
-    const int urgent = tomb > 0 && slots - live - tomb < slots / 64;
-    if (g->repack_left == 0 && (tomb > slots / 32 || urgent)) g->repack_left = nb;
-    s_step = g->repack_left == 0 ? 0 : urgent ? nb : EMC_REPACK_STEP < nb ? EMC_REPACK_STEP : nb;
+    const ull tomb = g->ix_tomb, live = g->ix_live, empty = slots - live - tomb;
+    ull admits = 0;
+    int urgent;
+    if (pre) /* before the admissions: the entries they may add could take the EMPTY slots */
+      for (uint32_t t = 0; t < V.n_tables; t++) admits += V.ts[t].allow;
+    urgent = tomb > 0 && empty < slots / 64 + admits;
+    if (g->repack_left == 0 && (urgent || (!pre && tomb > slots / 32))) g->repack_left = nb;
+    s_step = g->repack_left == 0 || (pre && !urgent) ? 0
+             : urgent                                ? nb
+             : EMC_REPACK_STEP < nb                  ? EMC_REPACK_STEP
+                                                     : nb;
     dropped_all = 0;
     if (s_step) {
       g->repack_epoch++; /* odd: misses probed from now on are retried */
@@ -200,8 +213,8 @@ __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ d
   }
 }
 
-cudaError_t emc__cu_repack(const emc__cuda_cache *k, cudaStream_t st) {
+cudaError_t emc__cu_repack(const emc__cuda_cache *k, int pre, cudaStream_t st) {
   const dview &V = *emc__cuda_view(k);
-  EMC_LAUNCH_OR_RETURN(k_repack, 1, RP_THREADS, st, V, emc__cuda_repack_marks(k), emc__cuda_repack_scratch(k));
+  EMC_LAUNCH_OR_RETURN(k_repack, 1, RP_THREADS, st, V, emc__cuda_repack_marks(k), emc__cuda_repack_scratch(k), pre);
   return cudaSuccess;
 }

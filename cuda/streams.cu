@@ -100,7 +100,7 @@ cudaError_t emc__cuda_writer_body(emc__cuda_cache *k, const dcall *C, cudaStream
   cudaError_t e = emc__cu_wr_demand(k, C, st);
   if (e == cudaSuccess) e = emc__cu_evict(k, st);
   if (e == cudaSuccess) e = emc__cu_admit(k, C, st);
-  if (e == cudaSuccess) e = emc__cu_repack(k, st);
+  if (e == cudaSuccess) e = emc__cu_repack(k, 0, st);
   return e;
 }
 
