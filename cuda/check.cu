@@ -32,6 +32,14 @@ extern "C" uint32_t emc__cuda_captured_slots(emc_cache *c) {
   return n;
 }
 
+/* Wait for every writer call: the writer stream's, and the sections of the last graph launched
+ * (they run on the caller's stream). */
+static cudaError_t wait_writer_calls(emc__cuda_cache *k) {
+  cudaError_t e = cudaStreamSynchronize(k->writer);
+  if (e == cudaSuccess && k->n_cap_sections) e = cudaEventSynchronize(k->cap_tail);
+  return e;
+}
+
 extern "C" emc_status emc__cuda_check(emc_cache *c) {
   emc__cuda_cache *k = c->cuda;
   const dview &V = k->V;
@@ -54,9 +62,7 @@ extern "C" emc_status emc__cuda_check(emc_cache *c) {
   cudaError_t e;
   if (!k) return EMC_FAIL(EMC_EUNSUPPORTED, "not a CUDA cache");
   EMC_TRY(emc__cuda_enter(k));
-  e = cudaStreamSynchronize(k->writer);
-  /* and the sections of the last graph launched (they run on the caller's stream) */
-  if (e == cudaSuccess && k->n_cap_sections) e = cudaEventSynchronize(k->cap_tail);
+  e = wait_writer_calls(k);
   arena = (unsigned char *)malloc(k->arena_bytes);
   keys = (unsigned char *)malloc(slots * kb);
   lm = (uint64_t *)malloc(slots * 8);
@@ -315,7 +321,7 @@ done:
  * EMPTY slot), which bounds what a probe for an absent key walks. Waits for the device. */
 extern "C" emc_status emc__cuda_index_shape(emc_cache *c, emc__ix_shape *out) {
   emc__cuda_cache *k = c ? c->cuda : NULL;
-  uint64_t slots, nb, b, run = 0, first = UINT64_MAX;
+  uint64_t slots, nb, b, run = 0, first = UINT64_MAX, empty, tomb;
   size_t kb;
   unsigned char *keys;
   emc__index_view ix;
@@ -326,13 +332,14 @@ extern "C" emc_status emc__cuda_index_shape(emc_cache *c, emc__ix_shape *out) {
   nb = k->V.ix.n_buckets;
   slots = nb * EMC__BUCKET;
   kb = k->V.key_bits == 32 ? 4 : 8;
+  empty = emc__key_empty(k->V.key_bits);
+  tomb = emc__key_tomb(k->V.key_bits);
   if (!(keys = (unsigned char *)malloc(slots * kb))) return EMC_FAIL(EMC_ENOMEM, "index shape scratch");
   if ((st = emc__cuda_enter(k)) != EMC_OK) {
     free(keys);
     return st;
   }
-  e = cudaStreamSynchronize(k->writer);
-  if (e == cudaSuccess && k->n_cap_sections) e = cudaEventSynchronize(k->cap_tail);
+  e = wait_writer_calls(k);
   if (e == cudaSuccess) e = cudaMemcpy(keys, k->V.ix.keys, slots * kb, cudaMemcpyDeviceToHost);
   emc__cuda_leave(k);
   if (e != cudaSuccess) {
@@ -348,9 +355,9 @@ extern "C" emc_status emc__cuda_index_shape(emc_cache *c, emc__ix_shape *out) {
     unsigned s, has_empty = 0;
     for (s = 0; s < EMC__BUCKET; s++) {
       uint64_t key = emc__ix_key(&ix, b * EMC__BUCKET + s);
-      out->empty += key == emc__key_empty(ix.key_bits);
-      out->tombs += key == emc__key_tomb(ix.key_bits);
-      has_empty |= key == emc__key_empty(ix.key_bits);
+      has_empty |= key == empty;
+      out->empty += key == empty;
+      out->tombs += key == tomb;
     }
     run++;
     if (has_empty) { /* a cluster ends here; the one that wraps round is counted at the end */

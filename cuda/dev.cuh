@@ -40,7 +40,7 @@ typedef unsigned long long ull;
 #define EMC_WB_CELLS 65536u           /* write-back cells (power of two): see wb_begin */
 #define EMC_INLINE_TABLES 64u         /* offsets passed in kernel parameters up to this many */
 #define EMC_REPACK_STEP 4096u         /* buckets re-packed per writer call (urgent: all) */
-#define EMC_REPACK_CLUSTER 32u        /* longest cluster a re-pack thread takes (buckets) */
+#define EMC_REPACK_LONG 8192u         /* longest cluster the re-pack takes (buckets) */
 #define EMC_HIST 4096u                /* age histogram buckets (EMC__AGE_CLAMP / 8 calls) */
 
 /* ---------------------------------------------------------------- device state */
@@ -455,11 +455,10 @@ typedef struct emc__cuda_cache emc__cuda_cache;
 /* The cache's device view and re-pack marks buffer (cache_cuda.cu). */
 const dview *emc__cuda_view(const emc__cuda_cache *k);
 uint8_t *emc__cuda_repack_marks(const emc__cuda_cache *k);
-/* The re-pack block's scratch: RP_THREADS (256) clusters of EMC_REPACK_CLUSTER buckets (keys,
- * entry words, stamps), one a thread; longer clusters take spans of the whole of it
- * (maint.cu, k_repack, which asserts that RP_THREADS is 256). */
+/* The re-pack block's scratch: EMC_REPACK_LONG buckets of entries (keys, entry words, stamps);
+ * each cluster re-packed takes a span of it (maint.cu, k_repack). */
 uint64_t *emc__cuda_repack_scratch(const emc__cuda_cache *k);
-#define EMC_REPACK_SCRATCH_BYTES (256ull * EMC_REPACK_CLUSTER * EMC__BUCKET * 3 * 8)
+#define EMC_REPACK_SCRATCH_BYTES ((unsigned long long)EMC_REPACK_LONG * EMC__BUCKET * 3 * 8)
 /* Host copy of table t's constants. */
 const dtab *emc__cuda_tab_host(const emc__cuda_cache *k, uint32_t t);
 /* Writer calls: begin (tick the clock, reset the call's state), then optional work that

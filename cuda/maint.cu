@@ -13,9 +13,7 @@
  */
 #include "dev.cuh"
 
-#define RP_THREADS 256 /* threads of the re-pack block; each has scratch for one cluster */
-static_assert(EMC_REPACK_SCRATCH_BYTES == (unsigned long long)RP_THREADS * EMC_REPACK_CLUSTER * EMC__BUCKET * 3 * 8,
-              "the re-pack scratch holds one cluster of EMC_REPACK_CLUSTER buckets per thread");
+#define RP_THREADS 256 /* threads of the re-pack block */
 
 /* ---------------------------------------------------------------- init */
 __global__ void k_init(const __grid_constant__ dview V) {
@@ -108,34 +106,32 @@ cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
  *           re-pack could mend it.
  * Then, EMC_REPACK_STEP buckets at a time: the step's epoch goes odd, the cluster starts among
  * the buckets are marked before anything moves, each thread re-packs the clusters that start
- * at its marks (emc_item.h, emc__index_repack) in scratch of its own (EMC_REPACK_CLUSTER
- * buckets), then the longer ones are re-packed in spans of the whole block's scratch
- * (RP_THREADS * EMC_REPACK_CLUSTER buckets, rounds until each had a span; longer clusters stay
- * as they are), and the epoch goes even, all inside the block. Clusters never overlap (each
- * ends at the first bucket with an EMPTY slot, which keeps one after a re-pack), and marks are
- * taken afresh after each chunk's moves. A lookup that probes meanwhile and misses waits for this block, a running
- * kernel that finishes without waiting: the forward-progress rule. (The step used to open the
+ * at its marks (emc_item.h, emc__index_repack), each in a span of the block's scratch sized
+ * to it (EMC_REPACK_LONG buckets in all, claimed in rounds until every cluster had one;
+ * longer clusters stay as they are), and the epoch goes even, all inside the block. Clusters
+ * never overlap (each ends at the first bucket with an EMPTY slot, which keeps one after a
+ * re-pack), and marks are taken afresh after each chunk's moves. A lookup that probes
+ * meanwhile and misses waits for this block, a running kernel that finishes without waiting:
+ * the forward-progress rule. (The step used to open the
  * epoch in one kernel and close it three kernels later: a lookup could spin on it for good,
  * since CUDA guarantees no progress between kernels: defect 2.) */
-#define RP_LONG ((uint64_t)RP_THREADS * EMC_REPACK_CLUSTER) /* longest cluster re-packed */
+#define RP_SPAN ((uint64_t)EMC_REPACK_LONG * EMC__BUCKET) /* scratch entries */
 __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ dview V, uint8_t *start,
                                                        uint64_t *scratch, int pre) {
   __shared__ ull dropped_all, s_step, s_used;
   __shared__ int s_more;
   const uint64_t nb = V.ix.n_buckets, slots = nb * EMC__BUCKET;
-  const uint64_t at = V.g->repack_at, ns = (uint64_t)EMC_REPACK_CLUSTER * EMC__BUCKET;
-  uint64_t *sk = scratch + (uint64_t)threadIdx.x * ns * 3, *sl = sk + ns;
-  uint16_t *ss = (uint16_t *)(sl + ns);
+  const uint64_t at = V.g->repack_at;
   const uint64_t empty = emc__key_empty(V.key_bits);
   ull dropped = 0, step, done;
   if (threadIdx.x == 0) {
     dglob *g = V.g;
-    const ull tomb = g->ix_tomb, live = g->ix_live, empty = slots - live - tomb;
+    const ull tomb = g->ix_tomb, live = g->ix_live, n_empty = slots - live - tomb;
     ull admits = 0;
     int urgent;
     if (pre) /* before the admissions: the entries they may add could take the EMPTY slots */
       for (uint32_t t = 0; t < V.n_tables; t++) admits += V.ts[t].allow;
-    urgent = tomb > 0 && empty < slots / 64 + admits;
+    urgent = tomb > 0 && n_empty < slots / 64 + admits;
     if (g->repack_left == 0 && (urgent || (!pre && tomb > slots / 32))) g->repack_left = nb;
     s_step = g->repack_left == 0 || (pre && !urgent) ? 0
              : urgent                                ? nb
@@ -158,20 +154,11 @@ __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ d
       for (unsigned s = 0; s < EMC__BUCKET; s++) e |= ix_key(V.ix, prev * EMC__BUCKET + s) == empty;
       start[j] = (uint8_t)e;
     }
-    __syncthreads();
-    for (uint64_t j = threadIdx.x; j < chunk; j += blockDim.x) {
-      uint64_t b = (at + done + j) % nb, len;
-      if (!start[j]) continue;
-      len = emc__index_cluster_len(&V.ix, b, EMC_REPACK_CLUSTER);
-      if (len == 0) continue; /* longer: the rounds below (start[j] stays 1) */
-      start[j] = 0;
-      dropped += emc__index_repack(&V.ix, b, len, sk, sl, ss);
-    }
-    __syncthreads();
-    /* the long clusters, in rounds: each takes a span of the whole scratch sized to its
-     * length; one that does not fit waits for the next round (the first span of a round
-     * always fits: a cluster is at most RP_LONG buckets; a longer one stays as it is) */
+    /* rounds: each cluster takes a span of the scratch sized to it; one that does not fit
+     * waits for the next round (a round's first span always fits: a cluster is at most
+     * EMC_REPACK_LONG buckets; a longer one stays as it is) */
     for (;;) {
+      __syncthreads(); /* the marks are in; every thread has read s_more */
       if (threadIdx.x == 0) {
         s_used = 0;
         s_more = 0;
@@ -180,24 +167,23 @@ __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ d
       for (uint64_t j = threadIdx.x; j < chunk; j += blockDim.x) {
         uint64_t b = (at + done + j) % nb, len, n, off;
         if (!start[j]) continue;
-        len = emc__index_cluster_len(&V.ix, b, RP_LONG);
+        len = emc__index_cluster_len(&V.ix, b, EMC_REPACK_LONG);
         if (len == 0) { /* longer than the whole scratch */
           start[j] = 0;
           continue;
         }
         n = len * EMC__BUCKET;
         off = atomicAdd(&s_used, (ull)n);
-        if (off + n > RP_LONG * EMC__BUCKET) {
+        if (off + n > RP_SPAN) {
           s_more = 1;
           continue;
         }
         start[j] = 0;
-        dropped += emc__index_repack(&V.ix, b, len, scratch + off, scratch + RP_LONG * EMC__BUCKET + off,
-                                     (uint16_t *)(scratch + 2 * RP_LONG * EMC__BUCKET) + off);
+        dropped += emc__index_repack(&V.ix, b, len, scratch + off, scratch + RP_SPAN + off,
+                                     (uint16_t *)(scratch + 2 * RP_SPAN) + off);
       }
       __syncthreads();
       if (!s_more) break; /* (uniform: read after the barrier, written before it) */
-      __syncthreads();    /* every thread has read s_more before thread 0 resets it */
     }
   }
   if (dropped) atomicAdd(&dropped_all, dropped);
