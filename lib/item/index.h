@@ -16,6 +16,15 @@
  *   lm[]    one 64-bit word per entry: loc in the low half, meta (the entry's version) in the
  *           high half.
  *   stamps[] the entry's 16-bit LRU stamp (see "LRU stamps"); it moves with the entry.
+ *   Why the stamps have an array of their own, although a hit then reads 4 lines (bucket, lm,
+ *   stamp, row) where it could read 3 (issue 19, item 4): a stamp is the only word a hit
+ *   writes (once per call per row), and a dense array keeps what those writes dirty small (32
+ *   stamps a line; 0.8 MB for emc-bench --all-hit --dim 16, which stays in L2). Lines of 6
+ *   entries, each holding 6 lm words and their 6 stamps (3 lines a hit, 0.67 bytes more an
+ *   entry), dirtied the entry words' lines instead (3.9 MB there) and measured slower: the
+ *   same command with --batches 1000, 4 interleaved pairs on one machine (2026-11-27),
+ *   lookup seconds 2.32-3.04 (median 2.36) with this layout against 2.39-2.64 (median 2.52)
+ *   with the lines, ratio_vs_gather 1.03-1.07 against 0.88-1.01.
  *     loc   a pool slot handle (page * max_slots + slot, < 2^31), or EMC__LOC_HOST | row for
  *           a unified-index entry (a hashed row in host memory, row < 2^31).
  *     meta  bit 0 BUSY: a writer is changing the row (and every free position's lm is BUSY);
