@@ -424,12 +424,9 @@ typedef struct emc_cache_config {
  *                             same checks (each row read from the store under the writer lock,
  *                             so it is current; a row cached meanwhile is left as it is). The
  *                             next lookup of a missed row may still miss (as on the CUDA
- *                             backend). The thread also writes the LRU stamps of the rows the
- *                             lookup hit (the lookup records where they are), before it
- *                             admits that lookup's misses. Up to EMC_ADMISSION_QUEUE_ROWS
- *                             misses (or as many rows as the cache holds, if fewer, but 65536
- *                             at least) wait at once; beyond that they are not admitted
- *                             (admit_skipped).
+ *                             backend). Up to EMC_ADMISSION_QUEUE_ROWS misses (or as many
+ *                             rows as the cache holds, if fewer, but 65536 at least) wait at
+ *                             once; beyond that they are not admitted (admit_skipped).
  *                             emc_flush first waits until the misses of every lookup that
  *                             returned before it are admitted or skipped (not for lookups
  *                             running meanwhile), so stats read after it count them. The
@@ -561,8 +558,7 @@ EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t 
 /* Write every dirty row back to the store (rows stay cached, now clean).
  * Host backend with the admission thread (EMC_ADMISSION_BACKGROUND, or AUTO that chose it):
  * first waits until the misses of every lookup that returned before the call are admitted or
- * skipped and their hits stamped (stats read after it count them; lookups running meanwhile do
- * not hold it back).
+ * skipped (stats read after it count them; lookups running meanwhile do not hold it back).
  * CUDA backend: enqueued on stream, then waits for it. After flushing it reports what the
  * asynchronous calls since the last flush met, the first as the status and all in the detail:
  * EMC_ERANGE for lookups with device ids out of range (they read zero rows) and for training

@@ -20,10 +20,7 @@
  *               misses would pass that, or whose batch cannot be allocated, skips them
  *               (admit_skipped). emc_flush waits until the batches of the lookups that
  *               returned before it are admitted (emc__admission_drain: a barrier in the
- *               list), not for later ones. A lookup's batch also carries the index
- *               positions of its hits (lookup_host.c, "Stamps"): the thread writes the LRU
- *               stamps of every batch it took (stamp_hits, no lock), then admits their
- *               misses; a batch may hold hits only.
+ *               list), not for later ones.
  *               The thread is named "emc-admit"; emc_cache_destroy joins it. A child of
  *               fork() has no such thread: there the cache admits inline (here_bg).
  *   AUTO        resolved at creation (cache.c): BACKGROUND, or INLINE where the thread cannot
@@ -38,13 +35,6 @@
 #include <string.h>
 
 #include "host_cache.h"
-
-/* The clock a row admitted or stamped for a lookup at `now` gets: `now`, but no older than the
- * clamp when the lookup waited in the queue that long (its age must not wrap). */
-static uint64_t stamp_clock(const emc__host_cache *h, uint64_t now) {
-  uint64_t newest = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
-  return newest > EMC__AGE_CLAMP && now < newest - EMC__AGE_CLAMP ? newest - EMC__AGE_CLAMP : now;
-}
 
 /* ================================================================= one admission */
 int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t pos,
@@ -98,7 +88,7 @@ static void admit_one(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, uint6
    * this one's `now`); the admitted row keeps its own access time, `now`, but no older than
    * the clamp (a miss queued long ago: its age must not wrap) */
   uint64_t newest = __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED);
-  uint64_t at = stamp_clock(c->host, now);
+  uint64_t at = newest > EMC__AGE_CLAMP && now < newest - EMC__AGE_CLAMP ? newest - EMC__AGE_CLAMP : now;
   int64_t pos, srow;
   int collision;
   if (!emc__make_room(c, tb->stride, newest > now ? newest : now)) {
@@ -158,58 +148,10 @@ static void admit_records(emc_cache *c, const emc__admit_batch *b, unsigned char
   }
 }
 
-/* ================================================================= hit stamps */
-static int here_bg(const emc__host_cache *h);
-
-/* Stamp the entries at hits[0..n) as used at `now`, where their stamp is older (a later
- * lookup's stamp stays). Ages are taken against the newest clock: a stamp is never more than
- * EMC__STAMP_AHEAD ahead of it nor, once clamped, about EMC__AGE_CLAMP behind, so the
- * comparison holds however far the thread lags (against `now`, a stamp more than
- * EMC__STAMP_AHEAD calls later would read as old). No lock is needed: stamps are hints written by relaxed stores
- * (item/policy.h, "LRU stamps"); a position whose entry moved since the lookup stamps
- * another entry, the approximation a late reader's stamp already is. The stamps are scattered,
- * so the lines of the positions STAMP_AHEAD on are prefetched for writing. */
-#define STAMP_AHEAD 16u
-static void stamp_hits(const emc__host_cache *h, const uint32_t *hits, uint64_t n, uint64_t now) {
-  const uint64_t at = stamp_clock(h, now), newest = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
-  const uint16_t st = emc__stamp_of(at);
-  const uint64_t age = newest > at ? newest - at : 0; /* the age `at` has now */
-  uint16_t *stamps = h->ix.stamps;
-  uint64_t i;
-  for (i = 0; i < n && i < STAMP_AHEAD; i++) __builtin_prefetch(&stamps[hits[i]], 1, 3);
-  for (i = 0; i < n; i++) {
-    uint16_t *p = &stamps[hits[i]];
-    if (i + STAMP_AHEAD < n) __builtin_prefetch(&stamps[hits[i + STAMP_AHEAD]], 1, 3);
-    if (emc__stamp_age(newest, EMC_LD_RELAXED(p)) > age) EMC_ST_RELAXED(p, st);
-  }
-}
-
-int emc__stamp_reserve(emc_cache *c, uint64_t n) {
-  emc__host_cache *h = c->host;
-  uint64_t was;
-  if (!here_bg(h) || n > EMC__STAMP_QUEUE_MAX) return 0;
-  was = __atomic_load_n(&h->adm_pending_hits, __ATOMIC_RELAXED);
-  do
-    if (n > EMC__STAMP_QUEUE_MAX - was) return 0;
-  while (!__atomic_compare_exchange_n(&h->adm_pending_hits, &was, was + n, 1, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED));
-  return 1;
-}
-
-void emc__stamp_release(emc_cache *c, uint64_t n) {
-  if (n) __atomic_fetch_sub(&c->host->adm_pending_hits, n, __ATOMIC_RELAXED);
-}
-
-static void batch_free(emc__admit_batch *b) {
-  free(b->hits);
-  free(b);
-}
-
-/* A batch of the positions of kind[] that carry EMC__R_ADMIT (n of them, maybe 0), and of the
- * hits (NULL: out of memory; hits stay the caller's). */
+/* A batch of the positions of kind[] that carry EMC__R_ADMIT (NULL: out of memory). */
 static emc__admit_batch *batch_of(const emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                   const uint64_t *keys, const uint8_t *kind, uint64_t n,
-                                  uint32_t *hits, uint64_t n_hits, uint64_t now) {
+                                  uint64_t now) {
   emc__admit_batch *b;
   uint64_t i, k = 0;
   uint32_t t;
@@ -221,13 +163,6 @@ static emc__admit_batch *batch_of(const emc_cache *c, const uint64_t *ids, const
   b->barrier = 0;
   b->n = n;
   b->now = now;
-  b->hits = hits;
-  b->n_hits = n_hits;
-  if (n == 0) {
-    b->id = b->key = NULL;
-    b->table = NULL;
-    return b;
-  }
   b->id = (uint64_t *)(b + 1);
   b->key = b->id + n;
   b->table = (uint32_t *)(b->key + n);
@@ -254,7 +189,7 @@ static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offs
    * other lookups only try), then admitted in the lookup's order with their memory
    * prefetched ahead (admit_records) */
   row = emc__malloc(h->max_stride); /* one row (and state) of the widest table */
-  b = row ? batch_of(c, ids, offsets, keys, kind, to_admit, NULL, 0, now) : NULL;
+  b = row ? batch_of(c, ids, offsets, keys, kind, to_admit, now) : NULL;
   if (!b || pthread_mutex_trylock(&h->lock) != 0) {
     free(row);
     free(b);
@@ -277,47 +212,24 @@ static void admit_inline(emc_cache *c, const uint64_t *ids, const uint64_t *offs
  * A drain's barrier (n == 0, `barrier` set; on the drain's stack) ends a stretch: the lock is
  * let go, the counts so far published, the barrier marked done (the drain may return and its
  * node vanish, so its `next` was read first) and the lock taken again. Batches are freed as
- * they are done. The hits of every batch of the round are stamped first, without the lock
- * (stamp_hits needs none): the passes that the round's admissions run then see the rows that
- * any of its lookups hit as used, and a round of hits alone never takes the lock. */
+ * they are done. */
 static void admit_round(emc_cache *c, emc__admit_batch *fifo, unsigned char *row) {
   emc__host_cache *h = c->host;
   uint64_t done = 0, admitted = 0, skipped = 0, newest;
-  emc__admit_batch *b;
-  int writer_work = 0;
-  for (b = fifo; b; b = b->next) {
-    writer_work |= b->barrier || b->n > 0;
-    if (!b->barrier && b->n_hits) {
-      stamp_hits(h, b->hits, b->n_hits, b->now);
-      emc__stamp_release(c, b->n_hits);
-      free(b->hits);
-      b->hits = NULL;
-      b->n_hits = 0;
-    }
-  }
-  if (!writer_work) { /* hits only: nothing to admit, no barrier to mark */
-    while (fifo) {
-      b = fifo;
-      fifo = b->next;
-      batch_free(b);
-    }
-    return;
-  }
   pthread_mutex_lock(&h->lock);
   /* lookups age stamps only when the lock is free (trylock), and this thread may hold it
    * most of the time: age here too (item/policy.h, "LRU stamps") */
   newest = __atomic_load_n(&h->clock, __ATOMIC_RELAXED);
   if ((int64_t)(newest - h->aged_at) >= (int64_t)(EMC__AGE_CLAMP / 2)) emc__age_stamps(c, newest);
   while (fifo) {
-    int barrier;
-    b = fifo;
-    barrier = b->barrier;
+    emc__admit_batch *b = fifo;
+    int barrier = b->barrier;
     fifo = b->next;
     if (!barrier) {
       if (row) admit_records(c, b, row, &admitted, &skipped);
       else skipped += b->n; /* no row buffer: out of memory */
       done += b->n;
-      batch_free(b);
+      free(b);
       if (fifo) continue;
     }
     /* a barrier, or the end of the round: publish */
@@ -449,7 +361,7 @@ void emc__admission_stop(emc__host_cache *h) {
   list = __atomic_exchange_n(&h->adm_head, NULL, __ATOMIC_ACQUIRE);
   while (list) { /* queued clean rows: dropping them loses nothing */
     emc__admit_batch *next = list->next;
-    if (!list->barrier) batch_free(list); /* a barrier is a drain's (a flush racing destroy) */
+    if (!list->barrier) free(list); /* a barrier is a drain's (a flush racing destroy) */
     list = next;
   }
   adm_sync_free(h);
@@ -482,7 +394,7 @@ void emc__admission_drain(emc_cache *c) {
 
 static void admit_background(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                              const uint64_t *keys, const uint8_t *kind, uint64_t to_admit,
-                             uint32_t *hits, uint64_t n_hits, uint64_t now) {
+                             uint64_t now) {
   emc__host_cache *h = c->host;
   emc__admit_batch *b;
   /* far more waiting misses than the cache holds would only evict one another */
@@ -492,41 +404,22 @@ static void admit_background(emc_cache *c, const uint64_t *ids, const uint64_t *
   do { /* reserve room in the queue, or skip: no lock, and a refused lookup takes nothing */
     if (to_admit > limit - was) {
       EMC__CNT_ADD(h->n_admit_skipped, to_admit);
-      to_admit = 0; /* the hits still go */
-      break;
+      return;
     }
   } while (!__atomic_compare_exchange_n(&h->adm_pending, &was, was + to_admit, 1,
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-  if (to_admit == 0 && n_hits == 0) {
-    free(hits);
-    return;
-  }
-  if (!(b = batch_of(c, ids, offsets, keys, kind, to_admit, hits, n_hits, now))) {
+  if (!(b = batch_of(c, ids, offsets, keys, kind, to_admit, now))) {
     EMC__CNT_ADD(h->n_admit_skipped, to_admit);
     __atomic_fetch_sub(&h->adm_pending, to_admit, __ATOMIC_RELAXED); /* undo the reservation */
-    if (n_hits) { /* the lookup stamps its hits itself */
-      stamp_hits(h, hits, n_hits, now);
-      emc__stamp_release(c, n_hits);
-    }
-    free(hits);
     return;
   }
   push(h, b);
 }
 
 void emc__host_admit(emc_cache *c, const uint64_t *ids, const uint64_t *offsets, uint64_t *keys,
-                     uint8_t *kind, uint64_t to_admit, uint32_t *hits, uint64_t n_hits,
-                     uint64_t now) {
-  if (here_bg(c->host)) {
-    admit_background(c, ids, offsets, keys, kind, to_admit, hits, n_hits, now);
-  } else { /* reserved only where the thread runs here; a fork between the two: stamp here */
-    if (n_hits) {
-      stamp_hits(c->host, hits, n_hits, now);
-      emc__stamp_release(c, n_hits);
-    }
-    free(hits);
-    if (to_admit) admit_inline(c, ids, offsets, keys, kind, to_admit, now);
-  }
+                     uint8_t *kind, uint64_t to_admit, uint64_t now) {
+  if (here_bg(c->host)) admit_background(c, ids, offsets, keys, kind, to_admit, now);
+  else admit_inline(c, ids, offsets, keys, kind, to_admit, now);
   free(keys);
   free(kind);
 }

@@ -46,7 +46,6 @@ emc_status emc__host_create(emc_cache *c) {
   }
   h->lock_ok = 1;
   h->pipelined = 1;
-  h->stamp_log_min = EMC__STAMP_LOG_MIN;
   h->shared = s->seg != NULL;
   h->log_seen = emc__log_seq(s); /* an empty cache: nothing written before is held */
   if ((st = emc__pool_geometry(c, &g, h->layout)) != EMC_OK) {

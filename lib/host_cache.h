@@ -33,26 +33,14 @@ enum { EMC__R_HIT = 0, EMC__R_STORE = 1, EMC__R_ABSENT = 2 };
 #define EMC__R_ADMIT 4u   /* flag: a store row that may be admitted */
 #define EMC__R_UNIFIED 8u /* flag: found through a unified-index entry */
 
-/* Misses one lookup handed to the admission thread (admit_host.c), in position order, and the
- * index positions of its hits, whose LRU stamps the thread writes (lookup_host.c, "stamps"). */
+/* Misses one lookup handed to the admission thread (admit_host.c), in position order. */
 typedef struct emc__admit_batch {
   struct emc__admit_batch *next;
   uint64_t n, now;     /* records; the lookup's clock */
   uint64_t *id, *key;  /* n each */
   uint32_t *table;     /* n */
-  uint32_t *hits;      /* n_hits index positions (a block of its own, freed with the batch) */
-  uint64_t n_hits;     /* reserved in adm_pending_hits until stamped */
   int barrier;         /* a drain's barrier (n == 0): 1 queued, 2 reached (under adm_mu) */
 } emc__admit_batch;
-
-/* Hit positions that may wait for the admission thread at once (16 MiB of positions); a lookup
- * that would pass it stamps its own hits. */
-#define EMC__STAMP_QUEUE_MAX (1ull << 22)
-/* Lookups of fewer ids stamp their own hits: handing a few hits to the thread (two mallocs,
- * atomics on shared counters, a wake-up) costs more than stamping them (emc-bench --preset
- * uniform --dim 16 --all-hit: 16-id lookups about 30 % slower through the thread, 512-id ones
- * about 15 %, 32768-id ones faster). */
-#define EMC__STAMP_LOG_MIN 4096u
 
 /* The global keys one prefetch call pinned (each key once). */
 typedef struct emc__pin_list {
@@ -131,8 +119,6 @@ struct emc__host_cache {
   sem_t adm_sem;              /* posted by a push onto an empty list, and by stop */
   emc__admit_batch *adm_head; /* lookups push here (lock-free LIFO; the thread takes it all) */
   uint64_t adm_pending;       /* rows pushed and not yet processed (atomic): the queue bound */
-  uint64_t adm_pending_hits;  /* hit positions reserved and not yet stamped (atomic) */
-  uint64_t stamp_log_min;     /* lookups of fewer ids stamp their own hits (EMC__STAMP_LOG_MIN) */
   int adm_stop;               /* under adm_mu */
   int adm_sync_ok;            /* adm_mu, adm_cv and adm_sem initialised */
   /* a shared store (sync_host.c): rows are written through, never dirty */
@@ -272,18 +258,10 @@ EMC_INTERNAL void emc__admission_stop(emc__host_cache *h);
 /* Wait until the misses of every lookup that returned before the call were admitted or skipped
  * (no-op for INLINE). */
 EMC_INTERNAL void emc__admission_drain(emc_cache *c);
-/* Reserve room for n hit positions in the admission thread's queue (lookup_host.c, "stamps"):
- * 1 when the thread runs in this process and fewer than EMC__STAMP_QUEUE_MAX positions would
- * wait; else 0 (the lookup stamps its own hits). emc__stamp_release gives back unused room. */
-EMC_INTERNAL int emc__stamp_reserve(emc_cache *c, uint64_t n);
-EMC_INTERNAL void emc__stamp_release(emc_cache *c, uint64_t n);
 /* Admit a lookup's misses (positions whose kind carries EMC__R_ADMIT): inline, or handed to
- * the thread, with the n_hits positions of `hits` (reserved; NULL when 0) whose stamps the
- * thread writes after the misses of earlier lookups and before this one's. Takes keys, kind
- * and hits (frees them). */
+ * the thread. Takes keys and kind (frees them). */
 EMC_INTERNAL void emc__host_admit(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                  uint64_t *keys, uint8_t *kind, uint64_t to_admit,
-                                  uint32_t *hits, uint64_t n_hits, uint64_t now);
+                                  uint64_t *keys, uint8_t *kind, uint64_t to_admit, uint64_t now);
 
 /* Where may (t, id, key) be admitted? After make_room (a pass may have changed the index):
  * -1 for a new entry, the position of id's unified entry, or -2 when the key is taken (by

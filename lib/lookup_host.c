@@ -18,8 +18,7 @@
  *                   C  entry word lm1 (relaxed); prefetch every line of the row it names (a
  *                      miss: find a hashed id's store row; prefetch the store row's lines)
  *                   D  acquire fence; copy the row (and a hashed slot's owner); key2, acquire
- *                      fence, lm2; stamp, or log the hit's position (below). A miss: acquire
- *                      fence, repack_raced, store read.
+ *                      fence, lm2; stamp. A miss: acquire fence, repack_raced, store read.
  *                 Anything unusual goes to read_row for that position, which starts over: a
  *                 BUSY or free entry word, a unified-index entry, a slot handle that is not
  *                 the table's, another id's slot (a hashed collision), a read that does not
@@ -35,26 +34,6 @@
  * is found in stage C, after the probe: an insert publishes a new id in the store before its
  * index entry, so an id missing from both was missing at the instant of stage C. Prefetches
  * are hints with no effect on ordering.
- *
- * Stamps. A hit's LRU stamp is the one word a lookup writes, and its line the one a hit would
- * otherwise fetch only for it. Where the cache's admission thread runs in this process
- * (EMC_ADMISSION_BACKGROUND), the lookup has EMC__STAMP_LOG_MIN ids or more (fewer cost more
- * to hand over than to stamp) and the queue has room (emc__stamp_reserve:
- * EMC__STAMP_QUEUE_MAX positions waiting at most), the pipeline neither prefetches nor writes
- * stamps: it appends each validated hit's index position to a list (4 bytes, written in
- * order), which goes to the thread with the lookup's misses (admit_host.c). The thread stamps
- * the positions of every lookup it takes, each with its lookup's clock, before it admits
- * their misses, so its eviction passes see those hits as used when they were.
- * emc-bench --all-hit --dim 16 --batches 1000, 4 interleaved pairs (2026-11-27): lookup
- * seconds 2.06-2.24 against 2.38-2.76 with the stamps written here. What changes: a stamp is
- * written a little later (when the thread next takes the queue), so an eviction pass that
- * runs before that (another writer's: an insert, a prefetch, a gradient step, each under the
- * writer lock on its caller's thread; or the thread's own, for lookups queued after the ones
- * it took) may see rows those lookups hit as older than they are; emc_flush waits for the
- * stamps too. A position whose entry moved before the
- * thread stamps it stamps another entry (item/policy.h, "LRU stamps": an approximation,
- * never a corruption). read_row, the inline admission, and a lookup without room stamp as
- * before, in the lookup.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -214,8 +193,6 @@ typedef struct pipe {
   emc__index_view ix;   /* a copy: the index never moves during a cache's life */
   const uint64_t *ids, *offsets;
   uint64_t *keys;
-  uint32_t *hits;       /* LOG: the index positions of validated hits, for the thread to stamp */
-  uint64_t n_hits;
   uint8_t *kind, *where;
   uint64_t *cnt;        /* 16 counts, by kind */
   unsigned char *dst;   /* stage D's next row */
@@ -285,10 +262,9 @@ static inline __attribute__((always_inline)) void stage_a(pipe *P, pipe_slot *ri
                               : (const void *)((const uint64_t *)P->ix.keys + p->b * EMC__BUCKET));
 }
 
-/* B: epoch, probe; prefetch the entry word and (unless LOG) the stamp (a miss: the store map's
- * slot) */
+/* B: epoch, probe; prefetch the entry word and stamp (a miss: the store map's slot) */
 static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ring, uint64_t k,
-                                                          const uint32_t KB, const int LOG) {
+                                                          const uint32_t KB) {
   pipe_slot *p = &ring[k & P->ring_mask];
   p->e1 = EMC_LD_ACQUIRE(P->ix.epoch);
   p->lo1 = (p->e1 & 1u) ? EMC_LD_ACQUIRE(&P->h->repack_lo) : 0;
@@ -297,7 +273,7 @@ static inline __attribute__((always_inline)) void stage_b(pipe *P, pipe_slot *ri
   if (p->pos >= 0) {
     p->state = P_HIT;
     __builtin_prefetch(&P->ix.lm[p->pos], 0, 3);
-    if (!LOG) __builtin_prefetch(&P->ix.stamps[p->pos], 1, 3);
+    __builtin_prefetch(&P->ix.stamps[p->pos], 1, 3);
   } else {
     const emc__table *t = p->tb;
     p->state = P_MISS;
@@ -342,11 +318,9 @@ static inline __attribute__((always_inline)) void stage_c(pipe *P, pipe_slot *ri
   }
 }
 
-/* D: acquire fence; copy and validate, stamp or (LOG) log the hit (a miss: epoch again, store
- * read); else read_row */
+/* D: acquire fence; copy and validate (a miss: epoch again, store read); else read_row */
 static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ring, uint64_t k,
-                                                          const uint32_t KB, const int WH,
-                                                          const int LOG) {
+                                                          const uint32_t KB, const int WH) {
   pipe_slot *p = &ring[k & P->ring_mask];
   uint8_t r = 0xff;
   EMC_FENCE_ACQUIRE();
@@ -361,8 +335,7 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
     if (!(key2 == p->key && emc__lm_same(p->lm1, lm2))) {
       EMC__CNT_ADD(P->h->n_retries, 1); /* counted as read_row counts its own */
     } else if (owner == P->ids[k]) {
-      if (LOG) P->hits[P->n_hits++] = (uint32_t)p->pos;
-      else if (EMC_LD_RELAXED(&P->ix.stamps[p->pos]) != P->stamp)
+      if (EMC_LD_RELAXED(&P->ix.stamps[p->pos]) != P->stamp)
         EMC_ST_RELAXED(&P->ix.stamps[p->pos], P->stamp);
       r = EMC__R_HIT;
     }
@@ -388,26 +361,24 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
   P->dst += p->rb;
 }
 
-/* The pipeline for a key width, whether where[] is written, and whether hits are logged for the
- * admission thread to stamp (LOG) or stamped here, known at compile time. */
+/* The pipeline for a key width, and whether where[] is written, known at compile time. */
 static inline __attribute__((always_inline)) void pipe_run(pipe *P, uint64_t total,
-                                                           const uint32_t KB, const int WH,
-                                                           const int LOG) {
+                                                           const uint32_t KB, const int WH) {
   pipe_slot ring[PIPE_RING];
   const uint64_t d = P->d;
   uint64_t j;
   for (j = 0; j < total + 3 * d; j++) {
     if (j >= 3 * d && j < total) { /* the steady state: every stage has a position */
       stage_a(P, ring, j, KB);
-      stage_b(P, ring, j - d, KB, LOG);
+      stage_b(P, ring, j - d, KB);
       stage_c(P, ring, j - 2 * d);
-      stage_d(P, ring, j - 3 * d, KB, WH, LOG);
+      stage_d(P, ring, j - 3 * d, KB, WH);
       continue;
     }
     if (j < total) stage_a(P, ring, j, KB);
-    if (j >= d && j - d < total) stage_b(P, ring, j - d, KB, LOG);
+    if (j >= d && j - d < total) stage_b(P, ring, j - d, KB);
     if (j >= 2 * d && j - 2 * d < total) stage_c(P, ring, j - 2 * d);
-    if (j >= 3 * d) stage_d(P, ring, j - 3 * d, KB, WH, LOG);
+    if (j >= 3 * d) stage_d(P, ring, j - 3 * d, KB, WH);
   }
 }
 
@@ -429,8 +400,7 @@ static uint64_t pipe_distance(const emc_store *s, const uint64_t *offsets, uint6
  * (when given), counts into *n (keys[] gets the key of every position to admit: EMC__R_ADMIT). */
 static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                            uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
-                           uint8_t *where, uint32_t *hits, uint64_t *n_hits, tally *n,
-                           uint64_t now) {
+                           uint8_t *where, tally *n, uint64_t now) {
   pipe P;
   uint64_t cnt[16] = {0};
   unsigned r;
@@ -441,8 +411,6 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
   P.ids = ids;
   P.offsets = offsets;
   P.keys = keys;
-  P.hits = hits;
-  P.n_hits = 0;
   P.kind = kind;
   P.where = where;
   P.cnt = cnt;
@@ -460,22 +428,13 @@ static void read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *of
   P.a_hi = P.a_mask = 0;
   P.a_shift = 0;
   P.a_dense = 1;
-  if (hits) {
-    if (P.ix.key_bits == 32) {
-      if (where) pipe_run(&P, total, 32, 1, 1);
-      else pipe_run(&P, total, 32, 0, 1);
-    } else {
-      if (where) pipe_run(&P, total, 64, 1, 1);
-      else pipe_run(&P, total, 64, 0, 1);
-    }
-  } else if (P.ix.key_bits == 32) {
-    if (where) pipe_run(&P, total, 32, 1, 0);
-    else pipe_run(&P, total, 32, 0, 0);
+  if (P.ix.key_bits == 32) {
+    if (where) pipe_run(&P, total, 32, 1);
+    else pipe_run(&P, total, 32, 0);
   } else {
-    if (where) pipe_run(&P, total, 64, 1, 0);
-    else pipe_run(&P, total, 64, 0, 0);
+    if (where) pipe_run(&P, total, 64, 1);
+    else pipe_run(&P, total, 64, 0);
   }
-  *n_hits = P.n_hits;
   for (r = 0; r < 16; r++) {
     if (!cnt[r]) continue;
     n->hits += (r & 3u) == EMC__R_HIT ? cnt[r] : 0;
@@ -505,10 +464,9 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   const emc_store *s = c->store;
   uint64_t total = offsets[s->n_tables], now, i;
   tally n = {0, 0, 0, 0, 0};
-  uint64_t *keys, n_hits = 0;
+  uint64_t *keys;
   uint8_t *kind;
-  uint32_t *hits = NULL, t;
-  const int pipelined = h->pipelined;
+  uint32_t t;
   if (total == 0) return EMC_OK;
   if (total > SIZE_MAX / (sizeof *keys + sizeof *kind))
     return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids overflows the address space",
@@ -522,19 +480,8 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   }
   now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
   maybe_age(c, now);
-  /* stamps of hits: the admission thread's where it runs and has room, for lookups of
-   * stamp_log_min ids or more (file comment, "Stamps") */
-  if (pipelined && total >= h->stamp_log_min && h->ix_slots <= (uint64_t)UINT32_MAX + 1u &&
-      total <= SIZE_MAX / 4u && emc__stamp_reserve(c, total)) {
-    if (!(hits = emc__mallocn(total, sizeof *hits))) emc__stamp_release(c, total);
-  }
-  if (pipelined) {
-    read_pipelined(c, ids, offsets, total, out, keys, kind, where, hits, &n_hits, &n, now);
-    if (hits) emc__stamp_release(c, total - n_hits); /* the room this call did not use */
-    if (hits && n_hits == 0) {
-      free(hits);
-      hits = NULL;
-    }
+  if (h->pipelined) {
+    read_pipelined(c, ids, offsets, total, out, keys, kind, where, &n, now);
   } else {
     unsigned char *dst = out;
     for (t = 0; t < s->n_tables; t++) {
@@ -552,8 +499,8 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   EMC__CNT_ADD(h->n_misses, n.misses);
   EMC__CNT_ADD(h->n_absent, n.absent);
   EMC__CNT_ADD(h->n_unified, n.unified);
-  if (n.to_admit > 0 || hits) { /* admit_host.c takes keys, kind and hits (freed there) */
-    emc__host_admit(c, ids, offsets, keys, kind, n.to_admit, hits, n_hits, now);
+  if (n.to_admit > 0) { /* admit_host.c takes keys and kind (freed there) */
+    emc__host_admit(c, ids, offsets, keys, kind, n.to_admit, now);
     return EMC_OK;
   }
   free(keys);

@@ -33,7 +33,6 @@
  */
 #define _GNU_SOURCE 1 /* sched_setaffinity, CPU_SET */
 #include "common.h"
-#include "host_cache.h"
 #include "lookup_common.h"
 
 #include <dirent.h>
@@ -725,88 +724,6 @@ START_TEST(auto_without_thread_admits_inline) {
 }
 END_TEST
 
-/* ------------------------------------------------------------------ hit stamps
- * With the admission thread, a lookup logs the index positions of its hits and the thread
- * writes their LRU stamps (lib/lookup_host.c, "stamps"). After emc_flush every row a lookup
- * hit carries that lookup's clock, and an eviction pass takes the rows not hit since (B)
- * before the rows hit again (A), although A was admitted first. With the stamps never
- * written, A would be the oldest and go first. While the thread is held before it takes the
- * queue, a lookup's hits keep their stamps and wait in the queue (the lookup did not stamp
- * them itself). */
-static const emct_tspec st_spec[1] = {{EMC_TABLE_DENSE, 4000, 16, EMC_DTYPE_F32, 0, 0}};
-
-static uint64_t st_lookup(emc_cache *c, const emct_world *w, uint64_t from, uint64_t n,
-                          const char *what) {
-  uint64_t *ids = xmalloc(n * 8), ranks_off[2] = {0, n}, i, nc, ns, na;
-  for (i = 0; i < n; i++) ids[i] = from + i;
-  bg_lookup(c, w, ids, ids, ranks_off, &nc, &ns, &na, what);
-  free(ids);
-  return __atomic_load_n(&c->host->clock, __ATOMIC_RELAXED); /* this lookup's clock */
-}
-
-/* Stamp of id's entry, or -1 when id is not cached. */
-static int64_t st_stamp(emc_cache *c, uint64_t id) {
-  uint64_t key = emc__global_key(&c->codec.tables[0], id, c->codec.hash_seed);
-  int64_t pos = emc__hix_find(&c->host->ix, key);
-  return pos < 0 ? -1 : (int64_t)c->host->ix.stamps[pos];
-}
-
-START_TEST(background_hits_stamped) {
-  emct_world w;
-  emc_cache *c;
-  uint64_t i, clock_a0, clock_b, clock_a = 0, a_cached = 0, b_cached = 0;
-  emc_stats s;
-  emct_world_init(&w, st_spec, 1, 1.0, 77);
-  /* 400 rows of 64 bytes: t1 holds 380, t2 320 */
-  c = make_cache(&w, 400 * 64, 64, 0, 5, EMC_ADMISSION_BACKGROUND);
-  ck_assert_int_eq(emc_cache_admission(c), EMC_ADMISSION_BACKGROUND);
-  c->host->stamp_log_min = 0; /* these lookups are small: hand their hits over all the same */
-  clock_a0 = st_lookup(c, &w, 0, 150, "A cold");
-  EMCT_OK(emc_flush(c, NULL));
-  clock_b = st_lookup(c, &w, 150, 150, "B cold");
-  EMCT_OK(emc_flush(c, NULL));
-  /* the lookup hands its hits over: with the thread held before it takes the queue (adm_mu),
-   * the stamps stay as they were and 150 positions wait */
-  pthread_mutex_lock(&c->host->adm_mu);
-  clock_a = st_lookup(c, &w, 0, 150, "A hit, thread held");
-  for (i = 0; i < 150; i++)
-    ck_assert_msg(st_stamp(c, i) == (int64_t)emc__stamp_of(clock_a0),
-                  "id %llu: stamped by the lookup itself (stamp %lld)", (unsigned long long)i,
-                  (long long)st_stamp(c, i));
-  ck_assert_uint_eq(__atomic_load_n(&c->host->adm_pending_hits, __ATOMIC_RELAXED), 150);
-  pthread_mutex_unlock(&c->host->adm_mu);
-  EMCT_OK(emc_flush(c, NULL));
-  ck_assert_uint_eq(__atomic_load_n(&c->host->adm_pending_hits, __ATOMIC_RELAXED), 0);
-  ck_assert_int_eq(st_stamp(c, 0), (int64_t)emc__stamp_of(clock_a));
-  /* 20 calls: the pass's ages are counted in buckets of 8 calls (lib/evict.c, AGE_WIDTH) */
-  for (i = 0; i < 20; i++) clock_a = st_lookup(c, &w, 0, 150, "A hit");
-  EMCT_OK(emc_flush(c, NULL));
-  s = get_stats(c);
-  ck_assert_uint_eq(s.rows_cached, 300);
-  for (i = 0; i < 300; i++) {
-    int64_t want = emc__stamp_of(i < 150 ? clock_a : clock_b), got = st_stamp(c, i);
-    ck_assert_msg(got == want, "id %llu (%s): stamp %lld, the clock of its last lookup %lld",
-                  (unsigned long long)i, i < 150 ? "A, hit" : "B, admitted", (long long)got,
-                  (long long)want);
-  }
-  /* 100 new rows pass t1: the passes take B's rows first */
-  (void)st_lookup(c, &w, 300, 100, "C cold");
-  EMCT_OK(emc_flush(c, NULL));
-  s = get_stats(c);
-  for (i = 0; i < 150; i++) {
-    a_cached += st_stamp(c, i) >= 0;
-    b_cached += st_stamp(c, 150 + i) >= 0;
-  }
-  ck_assert_msg(s.evictions > 0 && a_cached == 150 && b_cached == 150 - s.evictions,
-                "after the passes: %llu evictions, %llu of A (hit last) and %llu of B cached",
-                (unsigned long long)s.evictions, (unsigned long long)a_cached,
-                (unsigned long long)b_cached);
-  emct_check_cache(c, &w, 1, "hit stamps: end");
-  EMCT_OK(emc_cache_destroy(c));
-  emct_world_free(&w);
-}
-END_TEST
-
 int main(void) {
   Suite *s = suite_create("admission");
   TCase *tb = tcase_create("background admission");
@@ -818,7 +735,6 @@ int main(void) {
   tcase_add_test(tb, background_insert_while_queued);
   tcase_add_test(tb, background_fork_child_admits_inline);
   tcase_add_test(tb, auto_without_thread_admits_inline);
-  tcase_add_test(tb, background_hits_stamped);
   tcase_set_timeout(tb, emct_timeout(60));
   suite_add_tcase(s, tb);
   sr = srunner_create(s);

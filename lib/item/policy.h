@@ -8,9 +8,8 @@
 
 /* ------------------------------------------------------------------- LRU stamps
  * Every index entry carries a 16-bit stamp of the call clock (mod 2^16), written by the reader
- * that last hit it, or for it by the host's admission thread (lib/lookup_host.c, "Stamps"; a
- * late write after the entry moved lands on another entry's stamp: an approximation, never a
- * corruption). An eviction pass reads ages, (now - stamp) mod 2^16;
+ * that last hit it (a late write after the entry moved lands on another entry's stamp: an
+ * approximation, never a corruption). An eviction pass reads ages, (now - stamp) mod 2^16;
  * it clamps every age above EMC__AGE_CLAMP back to that age, and a clamp-only scan runs
  * whenever EMC__AGE_CLAMP / 2 clock ticks pass without one, so no live entry's true age
  * passes 2^16 unnoticed and wraps round to look young.
