@@ -15,6 +15,8 @@
  *            scan (emc__plan_allow); per table, one thread grants slots from its pages with free
  *            slots, its current page and new pages from the free stack (grants: page, count,
  *            ranks)
+ *   (repack) (1 block, maint.cu, 'pre') a sweep of the whole index, only when the entries the
+ *            plan allows could leave EMPTY slots short
  *   pages    new pages get their table's free bitmap
  *   fill     a warp per miss granted a slot: skip it if its key is in the index now (cached by
  *            an earlier writer call, or another id's key), else take the j-th free slot of its

@@ -112,9 +112,9 @@ cudaError_t emc__cu_flush(const emc__cuda_cache *k, cudaStream_t st) {
  * never overlap (each ends at the first bucket with an EMPTY slot, which keeps one after a
  * re-pack), and marks are taken afresh after each chunk's moves. A lookup that probes
  * meanwhile and misses waits for this block, a running kernel that finishes without waiting:
- * the forward-progress rule. (The step used to open the
- * epoch in one kernel and close it three kernels later: a lookup could spin on it for good,
- * since CUDA guarantees no progress between kernels: defect 2.) */
+ * the forward-progress rule. (The step used to open the epoch in one kernel and close it three
+ * kernels later: a lookup could spin on it for good, since CUDA guarantees no progress between
+ * kernels: defect 2.) */
 #define RP_SPAN ((uint64_t)EMC_REPACK_LONG * EMC__BUCKET) /* scratch entries */
 __global__ void __launch_bounds__(RP_THREADS) k_repack(const __grid_constant__ dview V, uint8_t *start,
                                                        uint64_t *scratch, int pre) {
