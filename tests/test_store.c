@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,11 +420,15 @@ START_TEST(fill_uniform_matches_uniform_row) {
 }
 END_TEST
 
-/* emc_uniform_row: f32 elements in [lo, hi) (all lo when lo == hi), f16 rows are the f32 rows
- * rounded to nearest even (checked against an independent rounding), pure in its arguments. */
+/* emc_uniform_row: f32 elements in [lo, hi) (all lo when lo == hi), about half of them in the
+ * upper half of the range (bounds whose difference overflows f32 too: every element was lo),
+ * f16 rows are the f32 rows rounded to nearest even (checked against an independent
+ * rounding), pure in its arguments. */
 START_TEST(uniform_row_values) {
-  static const float bounds[][2] = {{-1, 1}, {0, 1}, {-1e5f, 1e5f}, {-1e-6f, 1e-6f},
-                                    {65000, 66000}, {3, 3}, {-2.5f, -2.5f}, {1e-9f, 2e-9f}};
+  static const float bounds[][2] = {{-1, 1},          {0, 1},         {-1e5f, 1e5f},
+                                    {-1e-6f, 1e-6f},  {65000, 66000}, {3, 3},
+                                    {-2.5f, -2.5f},   {1e-9f, 2e-9f}, {-3e38f, 3e38f},
+                                    {-FLT_MAX, FLT_MAX}, {-2e38f, 3e38f}, {-FLT_MAX, 0}};
   enum { DIM = 97 };
   float f[DIM], f2[DIM];
   uint16_t h[DIM];
@@ -431,6 +436,7 @@ START_TEST(uniform_row_values) {
   uint64_t id, n_ids = emct_scale(400, 4);
   for (bi = 0; bi < sizeof bounds / sizeof *bounds; bi++) {
     float lo = bounds[bi][0], hi = bounds[bi][1];
+    double mid = ((double)lo + (double)hi) / 2, upper = 0;
     for (id = 0; id < n_ids; id++) {
       uint32_t j, table = (uint32_t)(id % 5);
       EMCT_OK(emc_uniform_row(77, table, id * 0x9E37ull, lo, hi, DIM, EMC_DTYPE_F32, f));
@@ -444,11 +450,16 @@ START_TEST(uniform_row_values) {
                         (double)f[j]);
         else
           REQUIRE(f[j] == lo, "lo == hi == %g: element %g", (double)lo, (double)f[j]);
+        upper += (double)f[j] >= mid;
         REQUIRE(got == want && signbit(got) == signbit(want),
                       "f16 of %.9g is %04x (%.9g), nearest even is %.9g", (double)f[j], h[j],
                       got, want);
       }
     }
+    upper /= (double)(n_ids * DIM); /* >= 388 elements: 0.5 +- 0.1 is over 4 deviations */
+    if (lo < hi)
+      REQUIRE(upper > 0.4 && upper < 0.6, "[%g, %g): %.3f of the elements in the upper half",
+              (double)lo, (double)hi, upper);
   }
   /* a different seed, table or id changes the row */
   {

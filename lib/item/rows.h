@@ -175,7 +175,10 @@ EMC_HD uint64_t emc__uniform_state(uint64_t seed, uint32_t table, uint64_t id) {
 EMC_HD float emc__uniform_elem(uint64_t state, uint32_t j, float lo, float hi) {
   uint64_t st = state + (uint64_t)j * 0x9E3779B97F4A7C15ull;
   float u = (float)(emc__splitmix64(&st) >> 40) * (1.0f / 16777216.0f);
-  float v = lo + (hi - lo) * u;
+  float w = hi - lo, v;
+  /* bounds more than FLT_MAX apart (w is +inf): the same point as the weighted mean of the
+   * bounds, each term finite; rows of other bounds stay bitwise what they were */
+  v = w <= 3.40282347e38f ? lo + w * u : lo * (1.0f - u) + hi * u;
   return v < hi ? v : lo;
 }
 
