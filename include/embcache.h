@@ -288,7 +288,10 @@ EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint
  * one), whatever the interleaving with other saves to path from any thread or process, and a
  * save that fails or is killed leaves no file behind (except when killed between naming the
  * file and the rename, two system calls apart; every save removes such temporaries of path
- * left by processes that no longer exist). Sections carry XXH64 checksums.
+ * left by processes that no longer exist). Sections carry XXH64 checksums. The file holds
+ * the store's rows: rows an attached cache holds dirty (emc_insert, emc_apply_gradients) are
+ * written to the store only by emc_flush or their eviction, so emc_flush every cache of the
+ * store first (as before emc_store_read).
  * Errors: EMC_EINVAL (NULL s or path), EMC_ENOMEM (save buffers, the stream, the hash state;
  * a system call failing with ENOMEM), EMC_EIO (the file cannot be created, written, fsynced,
  * linked or renamed: errno text in the detail; path keeps its previous content. One EMC_EIO
