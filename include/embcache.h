@@ -293,8 +293,9 @@ EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint
  * written to the store only by emc_flush or their eviction, so emc_flush every cache of the
  * store first (as before emc_store_read).
  * Errors: EMC_EINVAL (NULL s or path), EMC_ENOMEM (save buffers, the stream, the hash state;
- * a system call failing with ENOMEM), EMC_EIO (the file cannot be created, written, fsynced,
- * linked or renamed: errno text in the detail; path keeps its previous content. One EMC_EIO
+ * a system call failing with ENOMEM), EMC_EIO (path names a device, FIFO or socket, which is
+ * never replaced; the file cannot be created, written, fsynced, linked or renamed: errno
+ * text in the detail; path keeps its previous content. One EMC_EIO
  * comes after the rename: the directory fsync failed, the new file is in place but may not
  * survive a crash), EMC_ECORRUPT (a shared store whose id map another process corrupted:
  * nothing is saved). Blocking. */

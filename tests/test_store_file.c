@@ -491,6 +491,12 @@ START_TEST(crafted_fields_rejected) {
       case 31: what = "reserved[1] 2^63"; wr64(g + 40, 1ull << 63); break;
       case 32: what = "reserved[2] byte 7"; g[55] = 0x80; break;
       case 33: what = "name padding ('dense_a' + 1 byte)"; g[d0 + 40 + 7] = ' '; break;
+      case 34: /* sizes that agree with each other, the data past the end of the file */
+        what = "dense rows, count and data_bytes of 2^20 rows";
+        wr64(g + d0 + 16, 1u << 20);
+        wr64(g + d0 + 24, 1u << 20);
+        wr64(g + d0 + 32, (1ull << 20) * rd32(g + d0 + 8) * (rd32(g + d0 + 4) ? 2u : 4u));
+        break;
       default: break;
     }
     if (!what) break;
@@ -500,6 +506,9 @@ START_TEST(crafted_fields_rejected) {
     REQUIRE(strstr(emc_last_error_detail(), "checksum") == NULL,
                   "%s: rejected by a checksum, not by the field check (%s)", what,
                   emc_last_error_detail());
+    if (k == 34) /* the detail says why (it once repeated one size as "expected") */
+      REQUIRE(strstr(emc_last_error_detail(), "exceeds the file size") != NULL, "%s: %s", what,
+              emc_last_error_detail());
   }
   free(f);
   free(g);
@@ -634,6 +643,18 @@ START_TEST(save_errors) {
     ck_assert(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode));
     ck_assert(stat(p, &sb) == 0 && sb.st_size == 1);
   }
+  /* a FIFO at the path (as a device would be, say /dev/null for root): refused, not replaced */
+  path_in(p, sizeof p, dir, "fifo");
+  ck_assert(mkfifo(p, 0600) == 0);
+  ST_FRESH(emc_store_save(s, p), EMC_EIO);
+  REQUIRE(strstr(emc_last_error_detail(), "not a regular file") != NULL, "detail: %s",
+          emc_last_error_detail());
+  {
+    struct stat sb;
+    ck_assert(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode));
+  }
+  ck_assert(unlink(p) == 0);
+  REQUIRE(!dir_has_tmp(dir), "a temporary file was left behind in %s", dir);
   /* an existing store file whose replacement cannot be written (the file size limit stops
    * the write): EIO, the old file unchanged, nothing left behind */
   path_in(p, sizeof p, dir, "store.emc");

@@ -327,6 +327,15 @@ emc_status emc_store_save(const emc_store *s, const char *path) {
   emc_status st = EMC_OK;
 
   if (!s || !path) return EMC_FAIL(EMC_EINVAL, "s or path is NULL");
+  {
+    /* the rename would replace whatever path names: a device (say /dev/null, for a caller
+     * running as root), FIFO or socket is refused rather than replaced by a store file */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode) &&
+        !S_ISDIR(sb.st_mode))
+      return EMC_FAIL(EMC_EIO, "'%s' is not a regular file (a device, FIFO or socket): not replaced",
+                      path);
+  }
   EMC_TRY(names_init(&nm, path));
   counts = emc__calloc(s->n_tables, sizeof *counts);
   w.h = emc__xxh64_create();
@@ -576,9 +585,14 @@ emc_status emc_store_open(const char *path, emc_store **out) {
       }
       want = (fd[i].kind == EMC_TABLE_HASHED ? fd[i].count * 8u : 0u) + fd[i].count * rb +
              (fd[i].state != EMC_STATE_NONE ? fd[i].count * 4u : 0u);
-      if (fd[i].data_bytes != want || want > file_bytes) {
+      if (fd[i].data_bytes != want) {
         st = EMC_FAIL(EMC_ECORRUPT, "table %u: data size %llu, expected %llu", i,
                       (unsigned long long)fd[i].data_bytes, (unsigned long long)want);
+        goto fail;
+      }
+      if (want > file_bytes) {
+        st = EMC_FAIL(EMC_ECORRUPT, "table %u: data size %llu exceeds the file size %llu", i,
+                      (unsigned long long)want, (unsigned long long)file_bytes);
         goto fail;
       }
       sum += fd[i].data_bytes + 8u;
