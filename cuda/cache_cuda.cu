@@ -374,6 +374,13 @@ emc_status emc__cuda_check_space(emc__cuda_cache *k, const void *p, const char *
   return EMC_OK;
 }
 
+emc_status emc__cuda_check_align(emc__cuda_cache *k, const void *p, unsigned align, const char *name) {
+  if (p && ((uintptr_t)p & (align - 1u)) && emc__cuda_device_accessible(k, p))
+    return EMC_FAIL(EMC_EINVAL, "%s %p in device or pinned memory is not %u-byte aligned", name, p,
+                    align);
+  return EMC_OK;
+}
+
 emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 const void *buf, const char *buf_name, cudaStream_t st,
                                 const uint64_t **offs, uint64_t *n, size_t *bytes) {
@@ -402,6 +409,10 @@ emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_
     return EMC_FAIL(EMC_EINVAL, "%s is NULL with %zu bytes", buf_name, *bytes);
   EMC_TRY(emc__cuda_check_space(k, ids, "ids"));
   if (buf_name) EMC_TRY(emc__cuda_check_space(k, buf, buf_name));
+  if (*n > 0) {
+    EMC_TRY(emc__cuda_check_align(k, ids, 8, "ids"));
+    if (buf_name) EMC_TRY(emc__cuda_check_align(k, buf, strcmp(buf_name, "grads") == 0 ? 4 : 2, buf_name));
+  }
   *offs = offsets;
   return EMC_OK;
 }
@@ -453,10 +464,6 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   ids_dev = emc__cuda_device_accessible(k, ids);
   out_dev = emc__cuda_device_accessible(k, out);
   where_dev = where && emc__cuda_device_accessible(k, where);
-  if (out_dev && ((uintptr_t)out & 1u)) { /* rows move in units of 2 bytes or more (defect 12) */
-    status = EMC_FAIL(EMC_EINVAL, "out %p in device memory is not 2-byte aligned", out);
-    goto done;
-  }
   if (!ids_dev && (status = emc__check_dense_ids(c->store, ids, offs)) != EMC_OK) goto done;
   if ((e = cudaStreamIsCapturing(st, &cs)) != cudaSuccess) goto cuda;
   if (cs == cudaStreamCaptureStatusInvalidated) { /* nothing enqueued there would ever run */

@@ -155,8 +155,14 @@ int emc__cuda_space(emc__cuda_cache *k, const void *p);
 int emc__cuda_device_accessible(emc__cuda_cache *k, const void *p);
 /* EMC_EINVAL when p (named `name`) is memory of another device than the cache's. */
 emc_status emc__cuda_check_space(emc__cuda_cache *k, const void *p, const char *name);
+/* EMC_EINVAL when p (named `name`) is memory a kernel reads or writes where it is (device or
+ * pinned) and is not `align`-byte aligned: a real device faults on a misaligned load (and a
+ * fault ends the context), while the CPU model of the device does not check alignment.
+ * Caller holds k->lock. */
+emc_status emc__cuda_check_align(emc__cuda_cache *k, const void *p, unsigned align, const char *name);
 /* The batch's offsets in host memory (device offsets are copied back: one wait), validated,
- * and the NULL checks (buf_name NULL: no buffer checked). Caller holds k->lock. */
+ * and the NULL and alignment checks of ids (8 bytes) and buf (buf_name NULL: no buffer
+ * checked; "grads": 4 bytes, f32; rows or out: 2 bytes). Caller holds k->lock. */
 emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 const void *buf, const char *buf_name, cudaStream_t st,
                                 const uint64_t **offs, uint64_t *n, size_t *bytes);

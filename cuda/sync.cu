@@ -367,7 +367,9 @@ extern "C" emc_status emc__cuda_shared_args(emc_cache *c, const uint64_t *ids,
       status = EMC_FAIL(EMC_EINVAL, "grads is NULL with %llu ids", (unsigned long long)n);
       goto done;
     }
-    if (n > 0 && (status = emc__cuda_check_space(k, buf, "grads")) != EMC_OK) goto done;
+    if (n > 0 && ((status = emc__cuda_check_space(k, buf, "grads")) != EMC_OK ||
+                  (status = emc__cuda_check_align(k, buf, 4, "grads")) != EMC_OK))
+      goto done;
   }
   if (!(*hoffs = (uint64_t *)emc__mallocn((size_t)T + 1, 8))) {
     status = EMC_FAIL(EMC_ENOMEM, "a host copy of offsets");

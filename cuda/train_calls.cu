@@ -417,7 +417,10 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
   }
   if ((status = emc__cuda_check_space(k, unique_ids, "unique_ids")) != EMC_OK ||
       (status = emc__cuda_check_space(k, unique_offsets, "unique_offsets")) != EMC_OK ||
-      (status = emc__cuda_check_space(k, inverse, "inverse")) != EMC_OK)
+      (status = emc__cuda_check_space(k, inverse, "inverse")) != EMC_OK ||
+      (tc.n > 0 && ((status = emc__cuda_check_align(k, unique_ids, 8, "unique_ids")) != EMC_OK ||
+                    (status = emc__cuda_check_align(k, inverse, 4, "inverse")) != EMC_OK)) ||
+      (status = emc__cuda_check_align(k, unique_offsets, 8, "unique_offsets")) != EMC_OK)
     goto unlock;
   u_dev = tc.n == 0 || emc__cuda_device_accessible(k, unique_ids);
   o_dev = emc__cuda_device_accessible(k, unique_offsets);

@@ -48,8 +48,14 @@
  *   one has device 0 current: restoring it makes device 0's primary context if it had none,
  *   so select your device in every thread that calls a cache of another device). The few
  *   most recent device pointers are remembered by address: free a buffer of this device and
- *   get the same address from cudaMalloc on another, and the cache would take it for its own. A device `out` must be 2-byte
- *   aligned. offsets should be a host array, pinned or not (n_tables + 1 small integers,
+ *   get the same address from cudaMalloc on another, and the cache would take it for its own.
+ *   Device and pinned buffers must be aligned to their elements (EMC_EINVAL otherwise, since
+ *   a device faults on a misaligned load and the fault ends the context): ids, unique_ids and
+ *   unique_offsets 8 bytes, grads and inverse 4 bytes, out and rows 2 bytes; pageable host
+ *   buffers are staged and may lie anywhere. Pinned host buffers are read and written by the
+ *   kernels where they are, like device buffers: a call whose buffers are all device or
+ *   pinned memory returns without waiting and reports what the device finds wrong (ids out
+ *   of range, no room) at the next emc_flush. offsets should be a host array, pinned or not (n_tables + 1 small integers,
  *   read where they are): device offsets cost one small copy to the host and a wait on the
  *   stream (refused while the stream is being captured). What memory a pointer is, is asked
  *   of CUDA at every call, except for device memory, remembered for the few most recent
@@ -98,8 +104,8 @@
  *   runs as a writer call that `stream` then waits for (on the device). A call the device
  *   refuses changes nothing; the next emc_flush returns its status and names it. New hashed
  *   ids get their store rows on the device, from the table's free rows: emc_store_table_count
- *   counts them once emc_flush has returned. With host buffers these calls stage them, wait,
- *   and return the device's verdict themselves.
+ *   counts them once emc_flush has returned. With pageable host buffers these calls stage
+ *   them, wait, and return the device's verdict themselves.
  */
 #ifndef EMBCACHE_H
 #define EMBCACHE_H

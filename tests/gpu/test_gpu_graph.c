@@ -430,7 +430,8 @@ END_TEST
  * (pre-flight defect 7: they were copied back with a stream synchronize every call). A
  * captured lookup with pageable out is refused and the capture stays valid (defect 8: the
  * call synchronized the capturing stream, invalidating the caller's graph). A device out at
- * an odd address is refused (defect 12: 2-byte units faulted). */
+ * an odd address is refused (defect 12: 2-byte units faulted), and so are device ids,
+ * gradients and dedup outputs off their element's alignment. */
 START_TEST(memory_spaces_under_capture) {
   emct_world w;
   emc_cache *c;
@@ -497,6 +498,34 @@ START_TEST(memory_spaces_under_capture) {
   /* a device out at an odd address */
   EMCT_ST(emc_lookup(c, dids, offsets, dout + 1, s), EMC_EINVAL);
   ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "aligned"));
+  /* device buffers off their element's alignment: ids, unique_ids, unique_offsets 8 bytes,
+   * gradients and inverse 4, rows 2. A device faults on such a load (and the fault ends the
+   * context with every dirty row in it); the model does not check alignment, so they were
+   * read as they lay (a contract probe: ids at cudaMalloc + 4 looked up fine here) */
+  {
+    unsigned char *dbuf;
+    const uint64_t *ids4;
+    CUDA_OK(cudaMalloc((void **)&dbuf, n * 8 + 2 * bytes + 64));
+    CUDA_OK(cudaMemcpy(dbuf + 4, ids, n * 8, cudaMemcpyHostToDevice));
+    ids4 = (const uint64_t *)(const void *)(dbuf + 4);
+    EMCT_ST(emc_lookup(c, ids4, offsets, dout, s), EMC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "ids"));
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "8-byte aligned"));
+    EMCT_ST(emc_prefetch(c, ids4, offsets, s), EMC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "8-byte aligned"));
+    EMCT_ST(emc_insert(c, dids, offsets, dbuf + 1, s), EMC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "2-byte aligned"));
+    EMCT_ST(emc_apply_gradients(c, dids, offsets, dbuf + 2, &opt, s), EMC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "4-byte aligned"));
+    EMCT_ST(emc_dedup(c, dids, offsets, (uint64_t *)(void *)(dbuf + 4), poff,
+                      (uint32_t *)(void *)dbuf, s), EMC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "unique_ids"));
+    EMCT_ST(emc_dedup(c, dids, offsets, (uint64_t *)(void *)dbuf, poff,
+                      (uint32_t *)(void *)(dbuf + 2), s), EMC_EINVAL);
+    ck_assert_ptr_nonnull(strstr(emc_last_error_detail(), "inverse"));
+    CUDA_OK(cudaStreamSynchronize(s));
+    cudaFree(dbuf);
+  }
   CUDA_OK(cudaStreamSynchronize(s));
   EMCT_OK(emc_flush(c, NULL));
   cuda_check(c, "memory spaces");
