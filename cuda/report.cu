@@ -12,7 +12,8 @@
 /* After a flush has completed: the store's hashed counts follow the device's, and what the
  * asynchronous calls since the last flush could not report themselves is reported now (dense
  * ids out of range in lookups, refused training calls, rows prefetches could not pin): the
- * first as the status, all of them in the detail. */
+ * first of these kinds as the status, all of them in the detail. Which bad id the detail
+ * names is the one the device's threads recorded first, in no fixed order: "one of them". */
 static emc_status flush_reports(emc_cache *c) {
   emc__cuda_cache *k = c->cuda;
   volatile ull *mirror = (volatile ull *)k->mirror_host;
@@ -49,16 +50,17 @@ static emc_status flush_reports(emc_cache *c) {
     mirror[0] = 0;
     cudaMemsetAsync(&k->V.g->bad_count, 0, sizeof(ull), k->writer);
     snprintf(detail, sizeof detail,
-             "%llu dense ids out of range in lookups since the last flush (first: table %llu, "
-             "position %llu, id %llu); they read as zero rows",
+             "%llu dense ids out of range in lookups since the last flush (one of them: table "
+             "%llu, position %llu, id %llu); they read as zero rows",
              g.bad_count, g.bad_table, g.bad_pos, g.bad_id);
     status = EMC_ERANGE;
   }
   if (errs != k->errs_seen) {
     emc__cuda_refusal_text(part, sizeof part, g.err_code, g.err_why, g.err_table, g.err_a, g.err_b);
     snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
-             "%s%llu training calls refused on the device since the last flush, each changing "
-             "nothing (first: %s)", detail[0] ? "; " : "", errs - k->errs_seen, part);
+             "%s%llu calls (emc_insert, training calls) refused on the device since the last "
+             "flush, each changing nothing (first: %s)",
+             detail[0] ? "; " : "", errs - k->errs_seen, part);
     if (status == EMC_OK) status = g.err_code ? (emc_status)g.err_code : EMC_ERANGE;
     k->errs_seen = errs;
     cudaMemsetAsync(&k->V.g->err_code, 0, sizeof(uint32_t), k->writer);

@@ -78,7 +78,7 @@ static emc_status begin(tcall *tc, emc_cache *c, const uint64_t *ids, const uint
   EMC_TRY(emc__cuda_enter(k));
   status = emc__cuda_batch_args(c, ids, offsets, buf, buf_name, tc->st, &tc->offs, &tc->n, &tc->bytes);
   if (status == EMC_OK && tc->n >= 0x7fffffffull)
-    status = EMC_FAIL(EMC_EINVAL, "%llu ids in one training call; fewer than 2^31",
+    status = EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^31 - 2 (CUB's sort counts in int)",
                       (unsigned long long)tc->n);
   if (status == EMC_OK) {
     tc->ids_dev = tc->n == 0 || emc__cuda_device_accessible(k, ids);
