@@ -74,6 +74,7 @@ import ctypes.util
 import math
 import os
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -418,6 +419,91 @@ def _adapt(obj, func, name, stream_for_dlpack):
     return _Buf(obj.ctypes.data, False, obj.shape, obj.dtype, keep=obj), not obj.flags.writeable
 
 
+# --------------------------------------------------------------------------- handles
+class _Owner:
+    """A library handle (self._h) that threads share. ctypes releases the GIL during a call,
+    so another thread's close() could free the handle under it: every call that uses the
+    handle registers as in flight (_call), close() (_closing) refuses new calls, waits until
+    none is in flight and only then destroys. A call on a closed object raises EmcError
+    (EMC_EINVAL, "... is closed"). One uncontended lock round trip on entry and one on exit."""
+
+    _what = "object"
+
+    def _init_owner(self):
+        self._h = ctypes.c_void_p()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._busy = 0
+        self._closing = False
+
+    def _enter(self, func):
+        with self._lock:
+            if self._closing or not self._h:
+                _fail(func, f"the {self._what} is closed")
+            self._busy += 1
+            return self._h
+
+    def _leave(self):
+        with self._lock:
+            self._busy -= 1
+            if self._closing and not self._busy:
+                self._idle.notify_all()
+
+    def _call(self, func):
+        """`with self._call(func) as h:` the handle, in flight for the block."""
+        return _InFlight(self, func)
+
+    def _closing_handle(self):
+        """For close(): refuse new calls, wait for those in flight; the handle (None when
+        already closed). The caller destroys it, then calls _closed(ok)."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before the handle existed
+            return None
+        with lock:
+            if not self._h:
+                return None
+            self._closing = True
+            while self._busy:
+                self._idle.wait()
+            return self._h
+
+    def _closed(self, destroyed):
+        """After close()'s destroy: forget the handle if it was destroyed, else reopen."""
+        with self._lock:
+            if destroyed:
+                self._h = ctypes.c_void_p()
+            self._closing = False
+
+
+def _in_flight(func):
+    """Decorator: the method runs as a call in flight on self (an _Owner)."""
+    def wrap(method):
+        def call(self, *args, **kwargs):
+            self._enter(func)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._leave()
+        call.__name__, call.__qualname__, call.__doc__ = (method.__name__, method.__qualname__,
+                                                          method.__doc__)
+        return call
+    return wrap
+
+
+class _InFlight:
+    __slots__ = ("o", "h")
+
+    def __init__(self, o, func):
+        self.h = o._enter(func)
+        self.o = o
+
+    def __enter__(self):
+        return self.h
+
+    def __exit__(self, *exc):
+        self.o._leave()
+
+
 # --------------------------------------------------------------------------- store
 class Table:
     """A table's description. kind: "dense" (ids in [0, rows)) or "hashed" (any uint64 id, at
@@ -445,13 +531,17 @@ class Table:
                 f"dtype={self.dtype.name}, kind={self.kind!r}, state={self.state!r})")
 
 
-class Store:
+class Store(_Owner):
     """emc_store: every row of every table, in host memory. Store(tables) creates one;
-    Store.open(path) opens a saved one. close() (or the context manager) frees it."""
+    Store.open(path) opens a saved one. close() (or the context manager) frees it.
+    Threads may share a Store: close() waits for the calls other threads have in flight on it,
+    and later calls raise EmcError ("the store is closed")."""
+
+    _what = "store"
 
     def __init__(self, tables=None, _handle=None, _shared_name=None):
         lib = library()
-        self._h = ctypes.c_void_p()
+        self._init_owner()
         self._users = weakref.WeakSet()  # its open Caches and Groups (weak: they keep it alive)
         if _handle is not None:
             self._h = _handle
@@ -509,18 +599,14 @@ class Store:
         """emc_store_unlink: remove the shared store's name (mappings in use stay)."""
         _check(library().emc_store_unlink(str(name).encode()), "emc_store_unlink")
 
-    def _handle(self, func):
-        if not self._h:
-            _fail(func, "the store is closed")
-        return self._h
-
     def save(self, path):
-        _check(library().emc_store_save(self._handle("emc_store_save"), os.fsencode(path)),
-               "emc_store_save")
+        with self._call("emc_store_save") as h:
+            _check(library().emc_store_save(h, os.fsencode(path)), "emc_store_save")
 
     def fill_uniform(self, table, lo, hi, seed):
-        _check(library().emc_store_fill_uniform(self._handle("emc_store_fill_uniform"), table,
-                                                lo, hi, seed), "emc_store_fill_uniform")
+        with self._call("emc_store_fill_uniform") as h:
+            _check(library().emc_store_fill_uniform(h, table, lo, hi, seed),
+                   "emc_store_fill_uniform")
 
     def _table_ids(self, func, table, ids):
         if not 0 <= table < len(self.tables):
@@ -540,7 +626,8 @@ class Store:
         if r.device or r.dtype != t.dtype or r.shape != (b.shape[0], t.dim):
             _fail(func, f"rows: need ({b.shape[0]}, {t.dim}) {t.dtype.name} in host memory, "
                         f"got {r.dtype} {r.shape}")
-        _check(library().emc_store_write(self._handle(func), table, b.ptr, b.shape[0], r.ptr), func)
+        with self._call(func) as h:
+            _check(library().emc_store_write(h, table, b.ptr, b.shape[0], r.ptr), func)
 
     def read(self, table, ids, out=None):
         """emc_store_read: returns (n, dim) rows of the table's dtype (absent hashed ids: zeros)."""
@@ -553,7 +640,8 @@ class Store:
         if o.device or ro or o.dtype != t.dtype or o.shape != (b.shape[0], t.dim):
             _fail(func, f"out: need a writable ({b.shape[0]}, {t.dim}) {t.dtype.name} host "
                         f"array, got {o.dtype} {o.shape}{' read-only' if ro else ''}")
-        _check(library().emc_store_read(self._handle(func), table, b.ptr, b.shape[0], o.ptr), func)
+        with self._call(func) as h:
+            _check(library().emc_store_read(h, table, b.ptr, b.shape[0], o.ptr), func)
         return out
 
     def read_state(self, table, ids, out=None):
@@ -568,17 +656,24 @@ class Store:
         if o.device or ro or o.dtype != np.float32 or o.shape != (b.shape[0],):
             _fail(func, f"out: need a writable ({b.shape[0]},) float32 host array, got "
                         f"{o.dtype} {o.shape}{' read-only' if ro else ''}")
-        _check(library().emc_store_read_state(self._handle(func), table, b.ptr, b.shape[0],
-                                              o.ptr), func)
+        with self._call(func) as h:
+            _check(library().emc_store_read_state(h, table, b.ptr, b.shape[0], o.ptr), func)
         return out
 
     def close(self):
-        """Free the store (close its caches and groups first: the library refuses otherwise)."""
-        if any(u._h for u in list(self._users)):
-            _fail("emc_store_destroy", "a cache is attached (or a group joined): close it first")
-        if self._h:
-            library().emc_store_destroy(self._h)
-            self._h = ctypes.c_void_p()
+        """Free the store (close its caches and groups first: the library refuses otherwise).
+        Waits for the calls other threads have in flight on the store."""
+        h = self._closing_handle()
+        if h is None:
+            return
+        destroyed = False
+        try:
+            if any(u._h for u in list(self._users)):
+                _fail("emc_store_destroy", "a cache is attached (or a group joined): close it first")
+            library().emc_store_destroy(h)
+            destroyed = True
+        finally:
+            self._closed(destroyed)
 
     def __enter__(self):
         return self
@@ -654,13 +749,20 @@ class Optimizer:
 
 
 # --------------------------------------------------------------------------- cache
-class Cache:
+class Cache(_Owner):
     """emc_cache over a Store. Keyword arguments set emc_cache_config fields: backend
     ("auto", "host", "cuda"), device, capacity_bytes, evict_high, evict_low, key_bits,
     unified_index_rows, hash_seed, prefetch_depth, admission ("inline", "background",
-    "auto") (defaults: the library's; admission "auto" resolves at creation, see .admission)."""
+    "auto") (defaults: the library's; admission "auto" resolves at creation, see .admission).
+
+    Threads may share a Cache (the calls release the GIL; embcache.h says which calls may run
+    concurrently). close() waits until no other thread has a call in flight on the cache, then
+    destroys it; calls made after close() has begun raise EmcError ("the cache is closed")."""
+
+    _what = "cache"
 
     def __init__(self, store, **config):
+        self._init_owner()
         lib = library()
         cfg = _CacheConfig()
         lib.emc_cache_config_init(ctypes.byref(cfg))
@@ -680,10 +782,11 @@ class Cache:
                 _fail("emc_cache_create", f"unknown configuration field {k!r}")
             setattr(cfg, k, v)
         self.store = store
-        self._h = ctypes.c_void_p()
-        _check(lib.emc_cache_create(store._handle("emc_cache_create"), ctypes.byref(cfg),
-                                    ctypes.byref(self._h)), "emc_cache_create")
-        store._users.add(self)  # the cache keeps the store alive, not the reverse
+        with store._call("emc_cache_create") as sh:
+            _check(lib.emc_cache_create(sh, ctypes.byref(cfg), ctypes.byref(self._h)),
+                   "emc_cache_create")
+            store._users.add(self)  # the cache keeps the store alive, not the reverse
+        self._backend = {1: "host", 2: "cuda"}[lib.emc_cache_backend(self._h)]
         self.config = {name: getattr(cfg, name) for name, _ in _CacheConfig._fields_}
         t = store.tables
         self._uniform = all(x.dim == t[0].dim and x.dtype == t[0].dtype for x in t)
@@ -693,13 +796,14 @@ class Cache:
     @property
     def backend(self):
         """"host" or "cuda" (AUTO resolved)."""
-        return {1: "host", 2: "cuda"}[library().emc_cache_backend(self._handle("emc_cache_backend"))]
+        self._handle("emc_cache_backend")
+        return self._backend
 
     @property
     def admission(self):
         """"inline" or "background" (EMC_ADMISSION_AUTO resolved; a CUDA cache: "background")."""
-        return {0: "inline", 1: "background"}[
-            library().emc_cache_admission(self._handle("emc_cache_admission"))]
+        with self._call("emc_cache_admission") as h:
+            return {0: "inline", 1: "background"}[library().emc_cache_admission(h)]
 
     def _handle(self, func):
         if not self._h:
@@ -742,8 +846,9 @@ class Cache:
         """emc_batch_bytes: bytes of a batch's packed row buffer."""
         o = self._offsets("emc_batch_bytes", offsets)
         n = ctypes.c_size_t()
-        _check(library().emc_batch_bytes(self.store._handle("emc_batch_bytes"), o.ctypes.data,
-                                         ctypes.byref(n)), "emc_batch_bytes")
+        with self.store._call("emc_batch_bytes") as sh:
+            _check(library().emc_batch_bytes(sh, o.ctypes.data, ctypes.byref(n)),
+                   "emc_batch_bytes")
         return n.value
 
     def _row_forms(self, offsets):
@@ -830,6 +935,7 @@ class Cache:
         return np.empty(shape, dtype=dtype)
 
     # ---- the calls
+    @_in_flight("emc_lookup")
     def lookup(self, ids, offsets, out=None, where=None, stream=None):
         """emc_lookup / emc_lookup_ex. Returns out (allocated beside ids when None), or
         (out, where) when `where` is given (True allocates a uint8 array)."""
@@ -853,6 +959,7 @@ class Cache:
         _check(library().emc_lookup_ex(h, b.ptr, o.ctypes.data, r.ptr, w.ptr, s), func)
         return out, where
 
+    @_in_flight("emc_insert")
     def insert(self, ids, offsets, rows, stream=None):
         """emc_insert: rows become the cached values of ids (dirty until written back)."""
         func = "emc_insert"
@@ -864,6 +971,7 @@ class Cache:
         _check(library().emc_insert(h, b.ptr, o.ctypes.data, r.ptr, s), func)
 
     # ---- training
+    @_in_flight("emc_prefetch")
     def prefetch(self, ids, offsets, stream=None):
         """emc_prefetch: make every row of the batch resident and pin it through the next
         prefetch_depth prefetch calls (pins expire by themselves). A lookup of the batch
@@ -882,6 +990,7 @@ class Cache:
         b = self._ids(func, ids, o, s)
         _check(_fn(func)(h, b.ptr, o.ctypes.data, s), func)
 
+    @_in_flight("emc_apply_gradients")
     def apply_gradients(self, ids, offsets, grads, optimizer, stream=None):
         """emc_apply_gradients: one optimizer step on the batch's rows inside the cache (they
         stay there, dirty, until evicted or flushed).
@@ -906,6 +1015,7 @@ class Cache:
         g = self._grads(func, grads, o, s)
         _check(_fn(func)(h, b.ptr, o.ctypes.data, g.ptr, ctypes.byref(opt), s), func)
 
+    @_in_flight("emc_dedup")
     def dedup(self, ids, offsets, stream=None):
         """emc_dedup: the distinct ids of each table of a batch. Returns
         (unique_ids, unique_offsets, inverse):
@@ -932,11 +1042,13 @@ class Cache:
         _check(_fn(func)(h, b.ptr, o.ctypes.data, u.ptr, uoff.ctypes.data, i.ptr, s), func)
         return uids[:int(uoff[-1])], uoff, inv
 
+    @_in_flight("emc_flush")
     def flush(self, stream=None):
         """emc_flush: write every dirty row back to the store (waits)."""
         _check(library().emc_flush(self._handle("emc_flush"), self._stream("emc_flush", stream)),
                "emc_flush")
 
+    @_in_flight("emc_get_stats")
     def stats(self):
         """emc_get_stats as a dict."""
         st = _Stats()
@@ -970,10 +1082,17 @@ class Cache:
         return views
 
     def close(self):
-        """emc_cache_destroy: write dirty rows back, free the cache, detach it."""
-        if self._h:
-            _check(library().emc_cache_destroy(self._h), "emc_cache_destroy")
-            self._h = ctypes.c_void_p()
+        """emc_cache_destroy: write dirty rows back, free the cache, detach it. Waits until no
+        other thread has a call in flight on the cache; later calls raise EmcError."""
+        h = self._closing_handle()
+        if h is None:
+            return
+        destroyed = False
+        try:
+            _check(library().emc_cache_destroy(h), "emc_cache_destroy")
+            destroyed = True
+        finally:
+            self._closed(destroyed)
 
     def __enter__(self):
         return self
@@ -988,29 +1107,33 @@ class Cache:
             pass
 
 
-class Group:
+class Group(_Owner):
     """emc_group_join / emc_group_apply_gradients / emc_group_leave: the training group of a
     shared store (seed document D). Each of n_ranks trainers (processes, or threads: the calls
     release the GIL) joins with its rank and calls apply_gradients once per step with its own
     cache over the store and its own batch; the call returns when the merged update of every
     rank is applied once to the shared rows (see embcache.h, "training groups").
     EmcError with status EMC_ETIMEDOUT when a rank died, left or did not arrive within
-    timeout_ms: the group is then broken; every rank leaves, and a new Group may form."""
+    timeout_ms: the group is then broken; every rank leaves, and a new Group may form.
+    leave() waits for a step another thread has in flight on the group; later steps raise
+    EmcError ("the group is closed")."""
+
+    _what = "group"
 
     def __init__(self, store, rank, n_ranks, timeout_ms=10000):
+        self._init_owner()
         self.store = store
-        self._h = ctypes.c_void_p()
-        _check(_fn("emc_group_join")(store._handle("emc_group_join"), rank, n_ranks, timeout_ms,
-                                     ctypes.byref(self._h)), "emc_group_join")
-        store._users.add(self)
+        with store._call("emc_group_join") as sh:
+            _check(_fn("emc_group_join")(sh, rank, n_ranks, timeout_ms, ctypes.byref(self._h)),
+                   "emc_group_join")
+            store._users.add(self)
         self.rank, self.n_ranks = rank, n_ranks
 
+    @_in_flight("emc_group_apply_gradients")
     def apply_gradients(self, cache, ids, offsets, grads, optimizer):
         """One collective step (arguments as Cache.apply_gradients; cache: this rank's Cache
         over the group's Store)."""
         func = "emc_group_apply_gradients"
-        if not self._h:
-            _fail(func, "the group was left")
         if not isinstance(cache, Cache):
             _fail(func, f"cache: need an embcache.Cache, got {type(cache).__name__}")
         if not isinstance(optimizer, Optimizer):
@@ -1020,14 +1143,19 @@ class Group:
         s = cache._stream(func, None, ids, grads)
         b = cache._ids(func, ids, o, s)
         g = cache._grads(func, grads, o, s)
-        _check(_fn(func)(self._h, cache._handle(func), b.ptr, o.ctypes.data, g.ptr,
-                         ctypes.byref(opt), s), func)
+        with cache._call(func) as ch:
+            _check(_fn(func)(self._h, ch, b.ptr, o.ctypes.data, g.ptr, ctypes.byref(opt), s),
+                   func)
 
     def leave(self):
         """emc_group_leave (the others' later steps fail with EMC_ETIMEDOUT)."""
-        if self._h:
-            h, self._h = self._h, ctypes.c_void_p()
+        h = self._closing_handle()
+        if h is None:
+            return
+        try:
             _check(_fn("emc_group_leave")(h), "emc_group_leave")
+        finally:
+            self._closed(True)  # g is freed even when the call fails
 
     close = leave
 

@@ -1001,6 +1001,59 @@ class T13TrainingPlumbing(unittest.TestCase):
             store.close()
 
 
+class T15Lifetime(unittest.TestCase):
+    """Handles and Python's threads and garbage collector: close() waits for the calls in
+    flight on other threads (ctypes releases the GIL), and later calls raise EmcError."""
+
+    def run_child(self, code):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "EMC_LIB": LIB}
+        r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {PYDIR!r})\n"
+                            + code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, f"rc {r.returncode}\n{r.stdout}{r.stderr}")
+        return r.stdout
+
+    def test_close_while_another_thread_looks_up(self):
+        # In a child process: before the fix, emc_cache_destroy freed the cache under the
+        # other thread's emc_lookup and the interpreter died (SIGSEGV).
+        out = self.run_child(r"""
+import threading
+import numpy as np
+import embcache as emc
+s = emc.Store([emc.Table("a", rows=200_000, dim=32)]); s.fill_uniform(0, -1, 1, seed=1)
+for rep in range(3):
+    c = emc.Cache(s, capacity_bytes=4 << 20, backend="host", admission="inline")
+    ids = np.random.default_rng(rep).integers(0, 200_000, 20_000).astype(np.uint64)
+    started, got = threading.Event(), []
+    def worker():
+        try:
+            for i in range(100000):
+                c.lookup(ids, [0, len(ids)])
+                started.set()
+            got.append("finished")
+        except emc.EmcError as e:
+            got.append(e)
+        except BaseException as e:
+            got.append(repr(e))
+        started.set()
+    t = threading.Thread(target=worker); t.start()
+    started.wait(60)
+    c.close()
+    t.join(60)
+    assert not t.is_alive(), "worker hangs"
+    e = got[0]
+    assert isinstance(e, emc.EmcError) and "closed" in e.detail and e.status == emc.EMC_EINVAL, e
+    try:
+        c.lookup(ids, [0, len(ids)])
+        raise AssertionError("lookup after close")
+    except emc.EmcError as e:
+        assert "closed" in e.detail, e
+    c.close()  # twice is fine
+s.close()
+print("ok")
+""")
+        self.assertIn("ok", out)
+
+
 class T14TrainExample(unittest.TestCase):
     def test_runs_and_learns(self):
         script = os.path.join(PYDIR, "train_example.py")
