@@ -75,7 +75,6 @@ import math
 import os
 import sys
 import threading
-import weakref
 
 import numpy as np
 
@@ -420,6 +419,15 @@ def _adapt(obj, func, name, stream_for_dlpack):
 
 
 # --------------------------------------------------------------------------- handles
+_LIVE = {"store": 0, "cache": 0, "group": 0}  # library handles this module holds (tests)
+_LIVE_LOCK = threading.Lock()
+
+
+def _live(what, n):
+    with _LIVE_LOCK:
+        _LIVE[what] += n
+
+
 class _Owner:
     """A library handle (self._h) that threads share. ctypes releases the GIL during a call,
     so another thread's close() could free the handle under it: every call that uses the
@@ -542,7 +550,11 @@ class Store(_Owner):
     def __init__(self, tables=None, _handle=None, _shared_name=None):
         lib = library()
         self._init_owner()
-        self._users = weakref.WeakSet()  # its open Caches and Groups (weak: they keep it alive)
+        # Its open Caches and Groups, counted (they keep the store alive, not the reverse).
+        # A count, not a WeakSet: the collector clears weak references before it runs the
+        # finalizers of a cycle, and the store must not be destroyed before its caches.
+        self._users = 0
+        self._pending = False  # finalized with users open: the last of them destroys it
         if _handle is not None:
             self._h = _handle
         else:
@@ -559,6 +571,7 @@ class Store(_Owner):
                 _check(lib.emc_store_create_shared(_shared_name.encode(), descs, len(tables),
                                                    ctypes.byref(self._h)),
                        "emc_store_create_shared")
+        _live("store", 1)
         self.tables = []
         for i in range(lib.emc_store_n_tables(self._h)):
             d = _TableDesc()
@@ -663,17 +676,43 @@ class Store(_Owner):
     def close(self):
         """Free the store (close its caches and groups first: the library refuses otherwise).
         Waits for the calls other threads have in flight on the store."""
+        self._close(finalizing=False)
+
+    def _close(self, finalizing):
+        """close(); from a finalizer (finalizing) a store whose caches or groups are still open
+        (a reference cycle: they are being finalized too, in any order) keeps its handle and
+        is destroyed by the last of them to close. A handle the library would refuse to
+        destroy is never dropped."""
         h = self._closing_handle()
         if h is None:
             return
         destroyed = False
         try:
-            if any(u._h for u in list(self._users)):
-                _fail("emc_store_destroy", "a cache is attached (or a group joined): close it first")
+            with self._lock:
+                if self._users:
+                    if finalizing:
+                        self._pending = True
+                        return
+                    _fail("emc_store_destroy",
+                          "a cache is attached (or a group joined): close it first")
             library().emc_store_destroy(h)
             destroyed = True
+            _live("store", -1)
         finally:
             self._closed(destroyed)
+
+    def _add_user(self):
+        """A cache or group was made over the store (called while in flight on it)."""
+        with self._lock:
+            self._users += 1
+
+    def _drop_user(self):
+        """A cache or group over the store was destroyed: destroy a pending store."""
+        with self._lock:
+            self._users -= 1
+            last = self._pending and not self._users
+        if last:
+            self._close(finalizing=True)
 
     def __enter__(self):
         return self
@@ -683,7 +722,7 @@ class Store(_Owner):
 
     def __del__(self):
         try:
-            self.close()
+            self._close(finalizing=True)
         except Exception:
             pass
 
@@ -785,7 +824,8 @@ class Cache(_Owner):
         with store._call("emc_cache_create") as sh:
             _check(lib.emc_cache_create(sh, ctypes.byref(cfg), ctypes.byref(self._h)),
                    "emc_cache_create")
-            store._users.add(self)  # the cache keeps the store alive, not the reverse
+            store._add_user()  # the cache keeps the store alive, not the reverse
+        _live("cache", 1)
         self._backend = {1: "host", 2: "cuda"}[lib.emc_cache_backend(self._h)]
         self.config = {name: getattr(cfg, name) for name, _ in _CacheConfig._fields_}
         t = store.tables
@@ -1091,8 +1131,10 @@ class Cache(_Owner):
         try:
             _check(library().emc_cache_destroy(h), "emc_cache_destroy")
             destroyed = True
+            _live("cache", -1)
         finally:
             self._closed(destroyed)
+        self.store._drop_user()  # destroys the store if it was finalized already
 
     def __enter__(self):
         return self
@@ -1126,7 +1168,8 @@ class Group(_Owner):
         with store._call("emc_group_join") as sh:
             _check(_fn("emc_group_join")(sh, rank, n_ranks, timeout_ms, ctypes.byref(self._h)),
                    "emc_group_join")
-            store._users.add(self)
+            store._add_user()
+        _live("group", 1)
         self.rank, self.n_ranks = rank, n_ranks
 
     @_in_flight("emc_group_apply_gradients")
@@ -1156,6 +1199,8 @@ class Group(_Owner):
             _check(_fn("emc_group_leave")(h), "emc_group_leave")
         finally:
             self._closed(True)  # g is freed even when the call fails
+            _live("group", -1)
+            self.store._drop_user()
 
     close = leave
 

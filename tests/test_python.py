@@ -1054,6 +1054,86 @@ print("ok")
         self.assertIn("ok", out)
 
 
+    REFUSED = "the store was not freed"
+
+    def reset_detail(self):
+        """Set emc_last_error_detail() to a known, unrelated text (a refused call)."""
+        lib = emc.library()
+        lib.emc_store_table(None, 0, None)
+        return lib.emc_last_error_detail().decode()
+
+    def live(self):
+        return dict(getattr(emc, "_LIVE", {}))
+
+    def test_store_cache_cycle_is_freed(self):
+        # A Store and its Cache in a reference cycle: the collector clears weak references
+        # before it runs finalizers. Before the fix Store.__del__ saw no open cache, called
+        # emc_store_destroy, which the library refused (a cache attached), and dropped the
+        # handle anyway: the store leaked. Now the store is destroyed by whichever finalizer
+        # runs last, in any order.
+        import gc
+        ids = np.array([1, 2], np.uint64)
+        before = self.live()
+
+        class Model:  # the cycle a bound method of itself makes
+            def __init__(self):
+                self.store = emc.Store([emc.Table("a", rows=1000, dim=4)])
+                self.cache = emc.Cache(self.store, capacity_bytes=1 << 16, backend="host")
+                self.step = self._step
+
+            def _step(self, ids):
+                return self.cache.lookup(ids, [0, len(ids)])
+
+        for build in ("store->cache", "cache->store", "model"):
+            gc.collect()
+            known = self.reset_detail()
+            if build == "model":
+                m = Model()
+                m.step(ids)
+                del m
+            else:
+                st = emc.Store([emc.Table("a", rows=1000, dim=4)])
+                c = emc.Cache(st, capacity_bytes=1 << 16, backend="host")
+                c.lookup(ids, [0, 2])
+                if build == "store->cache":
+                    st.peer = c
+                else:
+                    c.peer = st
+                del st, c
+            gc.collect()
+            detail = emc.library().emc_last_error_detail().decode()
+            self.assertNotIn(self.REFUSED, detail, build)
+            self.assertEqual(detail, known, build)
+            self.assertEqual(self.live(), before, build)  # no store nor cache handle left
+
+    def test_finalizer_order(self):
+        # Both orders of the two finalizers, run by hand: the store's first (the handle is
+        # kept, pending) then the cache's (destroys the cache, then the store); and an
+        # explicit close() of a store with a cache open still raises and keeps the handle.
+        before = self.live()
+        st = emc.Store([emc.Table("a", rows=100, dim=4)])
+        c = emc.Cache(st, capacity_bytes=1 << 16, backend="host")
+        with self.assertRaises(emc.EmcError) as cm:
+            st.close()
+        self.assertIn("attached", cm.exception.detail)
+        self.assertTrue(st._h)
+        known = self.reset_detail()
+        st.__del__()                    # the collector's order: the store's finalizer first
+        self.assertTrue(st._h, "the handle the library refused to destroy was dropped")
+        self.assertEqual(emc.library().emc_last_error_detail().decode(), known)
+        c.__del__()                     # then the cache's: destroys both
+        self.assertFalse(c._h)
+        self.assertFalse(st._h)
+        self.assertEqual(emc.library().emc_last_error_detail().decode(), known)
+        self.assertEqual(self.live(), before)
+        st2 = emc.Store([emc.Table("a", rows=100, dim=4)])
+        c2 = emc.Cache(st2, capacity_bytes=1 << 16, backend="host")
+        c2.__del__()
+        st2.__del__()
+        self.assertFalse(st2._h)
+        self.assertEqual(self.live(), before)
+
+
 class T14TrainExample(unittest.TestCase):
     def test_runs_and_learns(self):
         script = os.path.join(PYDIR, "train_example.py")
