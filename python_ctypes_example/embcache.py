@@ -267,6 +267,37 @@ def _fail(func, detail, status=EMC_EINVAL):
     raise EmcError(status, func, detail)
 
 
+_INT_RANGES = {"uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1),
+               "size_t": (0, 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1),
+               "int": (-2**(8 * ctypes.sizeof(ctypes.c_int) - 1),
+                       2**(8 * ctypes.sizeof(ctypes.c_int) - 1) - 1)}
+_CTYPE_NAMES = {ctypes.c_uint32: "uint32", ctypes.c_uint64: "uint64", ctypes.c_size_t: "size_t",
+                ctypes.c_int: "int"}
+
+
+def _int(func, name, v, ctype):
+    """v as a Python int that fits the C type ctype ("uint32", "uint64", "size_t", "int"):
+    ctypes would keep its low bits silently. EmcError (EMC_EINVAL) naming the argument for a
+    value out of range or not an integer (float, bool, str...)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        _fail(func, f"{name} = {v!r}: need an integer ({ctype}), got {type(v).__name__}")
+    v = int(v)
+    lo, hi = _INT_RANGES[ctype]
+    if not lo <= v <= hi:
+        _fail(func, f"{name} = {v}: out of range for {ctype} [{lo}, {hi}]")
+    return v
+
+
+def _real(func, name, v):
+    """v as a Python float (for a C float or double); EmcError (EMC_EINVAL) otherwise."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        _fail(func, f"{name} = {v!r}: need a real number, got {type(v).__name__}")
+    try:
+        return float(v)
+    except OverflowError:
+        _fail(func, f"{name} = {v}: too large for a float")
+
+
 def _fn(name):
     """The library's function `name`; EmcError (EMC_EUNSUPPORTED) when this libembcache.so is
     older than the call."""
@@ -519,16 +550,23 @@ class Table:
     "adagrad" (a row-wise Adagrad accumulator beside every row: emc_row_state)."""
 
     def __init__(self, name, rows, dim, dtype="f32", kind="dense", state="none"):
-        if kind not in _KINDS:
+        if not isinstance(kind, str) or kind not in _KINDS:
             _fail("Table", f"kind {kind!r}: use 'dense' or 'hashed'")
-        if state not in _STATES:
+        if not isinstance(state, str) or state not in _STATES:
             _fail("Table", f"state {state!r}: use one of {list(_STATES)}")
-        dt = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}.get(dtype, None)
-        dt = dt if dt is not None else np.dtype(dtype)
+        dt = None
+        if isinstance(dtype, str):
+            dt = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16)}.get(dtype, None)
+        if dt is None:
+            try:
+                dt = np.dtype(dtype)
+            except (TypeError, ValueError):
+                dt = None
         if dt not in _DTYPE_CODES:
             _fail("Table", f"dtype {dtype!r}: use float32 ('f32') or float16 ('f16')")
-        self.name, self.rows, self.dim, self.dtype, self.kind = name, int(rows), int(dim), dt, kind
-        self.state = state
+        self.name, self.dtype, self.kind, self.state = name, dt, kind, state
+        self.rows = _int("Table", "rows", rows, "uint64")
+        self.dim = _int("Table", "dim", dim, "uint32")
 
     @property
     def row_bytes(self):
@@ -561,8 +599,14 @@ class Store(_Owner):
             tables = list(tables)
             descs = (_TableDesc * len(tables))()
             names = [None if t.name is None else str(t.name).encode() for t in tables]
+            func = "emc_store_create" if _shared_name is None else "emc_store_create_shared"
             for i, t in enumerate(tables):
-                descs[i] = _TableDesc(names[i], _KINDS[t.kind], t.rows, t.dim,
+                if not isinstance(t, Table):
+                    _fail(func, f"tables[{i}]: need an embcache.Table, got {type(t).__name__}")
+                # checked again: the fields may have been reassigned since Table() checked them
+                descs[i] = _TableDesc(names[i], _KINDS[t.kind],
+                                      _int(func, f"tables[{i}].rows", t.rows, "uint64"),
+                                      _int(func, f"tables[{i}].dim", t.dim, "uint32"),
                                       _DTYPE_CODES[t.dtype], _STATES[t.state])
             if _shared_name is None:
                 _check(lib.emc_store_create(descs, len(tables), ctypes.byref(self._h)),
@@ -617,23 +661,27 @@ class Store(_Owner):
             _check(library().emc_store_save(h, os.fsencode(path)), "emc_store_save")
 
     def fill_uniform(self, table, lo, hi, seed):
-        with self._call("emc_store_fill_uniform") as h:
-            _check(library().emc_store_fill_uniform(h, table, lo, hi, seed),
-                   "emc_store_fill_uniform")
+        func = "emc_store_fill_uniform"
+        table = _int(func, "table", table, "uint32")
+        lo, hi = _real(func, "lo", lo), _real(func, "hi", hi)
+        seed = _int(func, "seed", seed, "uint64")
+        with self._call(func) as h:
+            _check(library().emc_store_fill_uniform(h, table, lo, hi, seed), func)
 
     def _table_ids(self, func, table, ids):
+        table = _int(func, "table", table, "uint32")
         if not 0 <= table < len(self.tables):
             _fail(func, f"table {table}: the store has {len(self.tables)}", EMC_ERANGE)
         b, _ = _adapt(ids, func, "ids", None)
         if b.device or b.dtype not in (np.uint64, np.int64) or len(b.shape) != 1:
             _fail(func, f"ids: need a 1-D uint64 (or int64) host array, got {b.dtype} {b.shape}"
                         f"{' on the device' if b.device else ''}")
-        return b
+        return table, b
 
     def write(self, table, ids, rows):
         """emc_store_write: rows (n, dim) of the table's dtype, host memory."""
         func = "emc_store_write"
-        b = self._table_ids(func, table, ids)
+        table, b = self._table_ids(func, table, ids)
         t = self.tables[table]
         r, _ = _adapt(rows, func, "rows", None)
         if r.device or r.dtype != t.dtype or r.shape != (b.shape[0], t.dim):
@@ -645,7 +693,7 @@ class Store(_Owner):
     def read(self, table, ids, out=None):
         """emc_store_read: returns (n, dim) rows of the table's dtype (absent hashed ids: zeros)."""
         func = "emc_store_read"
-        b = self._table_ids(func, table, ids)
+        table, b = self._table_ids(func, table, ids)
         t = self.tables[table]
         if out is None:
             out = np.empty((b.shape[0], t.dim), dtype=t.dtype)
@@ -662,7 +710,7 @@ class Store(_Owner):
         Adagrad: the stored sum of mean squared gradients; absent hashed ids read 0). A table
         without state raises the library's EMC_EINVAL. With a cache attached, flush it first."""
         func = "emc_store_read_state"
-        b = self._table_ids(func, table, ids)
+        table, b = self._table_ids(func, table, ids)
         if out is None:
             out = np.empty(b.shape[0], dtype=np.float32)
         o, ro = _adapt(out, func, "out", None)
@@ -808,17 +856,22 @@ class Cache(_Owner):
         if cfg.struct_size != ctypes.sizeof(_CacheConfig):
             _fail("emc_cache_create", f"emc_cache_config is {cfg.struct_size} bytes in the "
                                       f"library, {ctypes.sizeof(_CacheConfig)} in this module")
+        fields = dict(_CacheConfig._fields_)
         for k, v in config.items():
             if k == "backend":
-                if v not in _BACKENDS:
+                if not isinstance(v, str) or v not in _BACKENDS:
                     _fail("emc_cache_create", f"backend {v!r}: use one of {list(_BACKENDS)}")
                 v = _BACKENDS[v]
             elif k == "admission":
-                if v not in _ADMISSIONS:
+                if not isinstance(v, str) or v not in _ADMISSIONS:
                     _fail("emc_cache_create", f"admission {v!r}: use one of {list(_ADMISSIONS)}")
                 v = _ADMISSIONS[v]
-            elif k not in dict(_CacheConfig._fields_) or k in ("struct_size", "reserved_"):
+            elif k not in fields or k in ("struct_size", "reserved_"):
                 _fail("emc_cache_create", f"unknown configuration field {k!r}")
+            elif fields[k] is ctypes.c_float:
+                v = _real("emc_cache_create", k, v)
+            else:
+                v = _int("emc_cache_create", k, v, _CTYPE_NAMES[fields[k]])
             setattr(cfg, k, v)
         self.store = store
         with store._call("emc_cache_create") as sh:
@@ -1164,6 +1217,9 @@ class Group(_Owner):
 
     def __init__(self, store, rank, n_ranks, timeout_ms=10000):
         self._init_owner()
+        rank = _int("emc_group_join", "rank", rank, "uint32")
+        n_ranks = _int("emc_group_join", "n_ranks", n_ranks, "uint32")
+        timeout_ms = _int("emc_group_join", "timeout_ms", timeout_ms, "uint32")
         self.store = store
         with store._call("emc_group_join") as sh:
             _check(_fn("emc_group_join")(sh, rank, n_ranks, timeout_ms, ctypes.byref(self._h)),

@@ -1134,6 +1134,88 @@ print("ok")
         self.assertEqual(self.live(), before)
 
 
+class T16IntegerArguments(unittest.TestCase):
+    """Integers for fixed-width C parameters and fields (uint32, uint64, size_t, int) are
+    range-checked by the binding: before, ctypes kept their low bits silently
+    (fill_uniform(2**32 + 1) filled table 1, dim=2**32 + 4 made dim 4, ...). Non-integers
+    raise EmcError too, not TypeError / ctypes.ArgumentError."""
+
+    def setUp(self):
+        emc.load(LIB)
+        self.store = emc.Store([emc.Table("a", rows=10, dim=4), emc.Table("b", rows=10, dim=4)])
+        self.store.fill_uniform(0, -1.0, 1.0, seed=1)
+        self.store.fill_uniform(1, 5.0, 5.0, seed=1)
+
+    def tearDown(self):
+        self.store.close()
+
+    def raises(self, fn, *needles):
+        with self.assertRaises(emc.EmcError) as cm:
+            fn()
+        e = cm.exception
+        self.assertEqual(e.status, emc.EMC_EINVAL, str(e))
+        for n in needles:
+            self.assertIn(n, e.detail)
+        return e
+
+    def test_wrapping_integers(self):
+        s, ids = self.store, np.arange(10, dtype=np.uint64)
+        b1 = s.read(1, ids).copy()
+        self.raises(lambda: s.fill_uniform(2**32 + 1, 9.0, 9.0, seed=3), "table")
+        np.testing.assert_array_equal(s.read(1, ids), b1)  # table 1 untouched
+        self.raises(lambda: s.fill_uniform(0, 9.0, 9.0, seed=2**64), "seed")
+        self.raises(lambda: s.fill_uniform(0, 9.0, 9.0, seed=-1), "seed")
+        self.raises(lambda: s.fill_uniform(-1, 9.0, 9.0, seed=1), "table")
+        np.testing.assert_array_equal(s.read(1, ids), b1)
+        for fn in (lambda: s.read(2**32, ids[:1]), lambda: s.read(-1, ids[:1]),
+                   lambda: s.write(2**32 + 1, ids[:1], np.zeros((1, 4), np.float32)),
+                   lambda: s.read_state(2**32, ids[:1])):
+            self.raises(fn, "table")
+        self.raises(lambda: emc.Table("w", rows=10, dim=2**32 + 4), "dim")
+        self.raises(lambda: emc.Table("w", rows=2**64 + 10, dim=4), "rows")
+        self.raises(lambda: emc.Table("w", rows=-1, dim=4), "rows")
+        t = emc.Table("w", rows=10, dim=4)
+        t.dim = 2**32 + 4  # reassigned after the check: checked again by Store()
+        self.raises(lambda: emc.Store([t]), "dim")
+        for field, v in (("capacity_bytes", 2**64 + 2**20), ("key_bits", 2**32 + 64),
+                         ("device", 2**31), ("device", -2**31 - 1), ("hash_seed", 2**64),
+                         ("unified_index_rows", -1), ("prefetch_depth", 2**32),
+                         ("capacity_bytes", -1)):
+            self.raises(lambda: emc.Cache(s, backend="host", **{field: v}), field)
+        c = emc.Cache(s, backend="host", capacity_bytes=np.uint64(1 << 20), hash_seed=2**64 - 1)
+        self.assertEqual((c.config["capacity_bytes"], c.config["hash_seed"]),
+                         (1 << 20, 2**64 - 1))
+        c.close()
+
+    def test_group_integers(self):
+        name = f"/emct-pyint-{os.getpid()}"
+        sh = emc.Store.create_shared(name, [emc.Table("a", rows=10, dim=4)])
+        try:
+            self.raises(lambda: emc.Group(sh, 2**32, 1, timeout_ms=1000), "rank")
+            self.raises(lambda: emc.Group(sh, 0, 2**32 + 1, timeout_ms=1000), "n_ranks")
+            self.raises(lambda: emc.Group(sh, 0, 1, timeout_ms=2**32 + 5), "timeout_ms")
+            self.raises(lambda: emc.Group(sh, 0.0, 1), "rank")
+        finally:
+            sh.close()
+            emc.Store.unlink(name)
+
+    def test_non_integers(self):
+        s, ids = self.store, np.arange(3, dtype=np.uint64)
+        self.raises(lambda: s.read(1.0, ids), "table")
+        self.raises(lambda: s.read("0", ids), "table")
+        self.raises(lambda: s.fill_uniform(1.5, 0.0, 1.0, seed=1), "table")
+        self.raises(lambda: s.fill_uniform(0, "lo", 1.0, seed=1), "lo")
+        self.raises(lambda: s.fill_uniform(0, 0.0, None, seed=1), "hi")
+        self.raises(lambda: s.fill_uniform(0, 0.0, 1.0, seed=1.5), "seed")
+        self.raises(lambda: s.fill_uniform(True, 0.0, 1.0, seed=1), "table")
+        self.raises(lambda: emc.Table("w", rows=10, dim=4, dtype="bogus"), "dtype")
+        self.raises(lambda: emc.Table("w", rows=10.0, dim=4), "rows")
+        self.raises(lambda: emc.Table("w", rows=10, dim=4, kind=["dense"]), "kind")
+        self.raises(lambda: emc.Cache(s, backend="host", capacity_bytes=1.5), "capacity_bytes")
+        self.raises(lambda: emc.Cache(s, backend="host", evict_high="x"), "evict_high")
+        self.raises(lambda: emc.Cache(s, backend=["host"]), "backend")
+
+
 class T14TrainExample(unittest.TestCase):
     def test_runs_and_learns(self):
         script = os.path.join(PYDIR, "train_example.py")
