@@ -298,6 +298,18 @@ def _real(func, name, v):
         _fail(func, f"{name} = {v}: too large for a float")
 
 
+def _cstr(func, name, v, path=False):
+    """v as the bytes of a C string (a path: os.fsencode; a name: str, UTF-8). ctypes would
+    pass only the bytes before an embedded NUL: that raises EmcError (EMC_EINVAL)."""
+    try:
+        b = os.fsencode(v) if path else str(v).encode()
+    except (TypeError, UnicodeError) as e:
+        _fail(func, f"{name} {v!r}: not a usable {'path' if path else 'name'} ({e})")
+    if b"\0" in b:
+        _fail(func, f"{name} {v!r}: embedded NUL")
+    return b
+
+
 def _fn(name):
     """The library's function `name`; EmcError (EMC_EUNSUPPORTED) when this libembcache.so is
     older than the call."""
@@ -564,6 +576,8 @@ class Table:
                 dt = None
         if dt not in _DTYPE_CODES:
             _fail("Table", f"dtype {dtype!r}: use float32 ('f32') or float16 ('f16')")
+        if name is not None:
+            _cstr("Table", "name", name)
         self.name, self.dtype, self.kind, self.state = name, dt, kind, state
         self.rows = _int("Table", "rows", rows, "uint64")
         self.dim = _int("Table", "dim", dim, "uint32")
@@ -598,8 +612,10 @@ class Store(_Owner):
         else:
             tables = list(tables)
             descs = (_TableDesc * len(tables))()
-            names = [None if t.name is None else str(t.name).encode() for t in tables]
             func = "emc_store_create" if _shared_name is None else "emc_store_create_shared"
+            names = [None if getattr(t, "name", None) is None else
+                     _cstr(func, f"tables[{i}].name", t.name) for i, t in enumerate(tables)]
+            shared = None if _shared_name is None else _cstr(func, "name", _shared_name)
             for i, t in enumerate(tables):
                 if not isinstance(t, Table):
                     _fail(func, f"tables[{i}]: need an embcache.Table, got {type(t).__name__}")
@@ -612,7 +628,7 @@ class Store(_Owner):
                 _check(lib.emc_store_create(descs, len(tables), ctypes.byref(self._h)),
                        "emc_store_create")
             else:
-                _check(lib.emc_store_create_shared(_shared_name.encode(), descs, len(tables),
+                _check(lib.emc_store_create_shared(shared, descs, len(tables),
                                                    ctypes.byref(self._h)),
                        "emc_store_create_shared")
         _live("store", 1)
@@ -627,38 +643,43 @@ class Store(_Owner):
     @classmethod
     def open(cls, path):
         h = ctypes.c_void_p()
-        _check(library().emc_store_open(os.fsencode(path), ctypes.byref(h)), "emc_store_open")
+        _check(library().emc_store_open(_cstr("emc_store_open", "path", path, path=True),
+                                        ctypes.byref(h)), "emc_store_open")
         return cls(_handle=h)
 
     @classmethod
     def create_shared(cls, name, tables):
         """emc_store_create_shared: the tables' rows in POSIX shared memory `name`
         ("/embcache-..."), one copy per machine; other processes Store.attach(name)."""
-        return cls(tables, _shared_name=str(name))
+        return cls(tables, _shared_name=name)
 
     @classmethod
     def attach(cls, name):
         """emc_store_attach: map the shared store `name` another process created."""
         h = ctypes.c_void_p()
-        _check(library().emc_store_attach(str(name).encode(), ctypes.byref(h)), "emc_store_attach")
+        _check(library().emc_store_attach(_cstr("emc_store_attach", "name", name),
+                                          ctypes.byref(h)), "emc_store_attach")
         return cls(_handle=h)
 
     @classmethod
     def open_shared(cls, path, name):
         """emc_store_open_shared: a store file loaded into the new shared store `name`."""
         h = ctypes.c_void_p()
-        _check(library().emc_store_open_shared(os.fsencode(path), str(name).encode(),
-                                               ctypes.byref(h)), "emc_store_open_shared")
+        func = "emc_store_open_shared"
+        _check(library().emc_store_open_shared(_cstr(func, "path", path, path=True),
+                                               _cstr(func, "name", name), ctypes.byref(h)), func)
         return cls(_handle=h)
 
     @staticmethod
     def unlink(name):
         """emc_store_unlink: remove the shared store's name (mappings in use stay)."""
-        _check(library().emc_store_unlink(str(name).encode()), "emc_store_unlink")
+        _check(library().emc_store_unlink(_cstr("emc_store_unlink", "name", name)),
+               "emc_store_unlink")
 
     def save(self, path):
+        p = _cstr("emc_store_save", "path", path, path=True)
         with self._call("emc_store_save") as h:
-            _check(library().emc_store_save(h, os.fsencode(path)), "emc_store_save")
+            _check(library().emc_store_save(h, p), "emc_store_save")
 
     def fill_uniform(self, table, lo, hi, seed):
         func = "emc_store_fill_uniform"

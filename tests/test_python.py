@@ -1216,6 +1216,44 @@ class T16IntegerArguments(unittest.TestCase):
         self.raises(lambda: emc.Cache(s, backend=["host"]), "backend")
 
 
+class T17Strings(unittest.TestCase):
+    """A path or a name with an embedded NUL raises EmcError (EMC_EINVAL): ctypes passed the
+    bytes before the NUL, so save("/x.emc\0y") wrote /x.emc and a table "user\0tag" was
+    named "user"."""
+
+    def raises(self, fn):
+        with self.assertRaises(emc.EmcError) as cm:
+            fn()
+        self.assertEqual(cm.exception.status, emc.EMC_EINVAL, str(cm.exception))
+        self.assertIn("embedded NUL", cm.exception.detail)
+
+    def test_embedded_nul(self):
+        import tempfile
+        emc.load(LIB)
+        with tempfile.TemporaryDirectory() as d:
+            cut = os.path.join(d, "x.emc")
+            store = emc.Store([emc.Table("a", rows=10, dim=4)])
+            try:
+                self.raises(lambda: store.save(cut + "\0y"))
+                self.raises(lambda: store.save(os.fsencode(cut) + b"\0y"))
+                self.assertFalse(os.path.exists(cut), "saved under the cut path")
+                store.save(cut)
+                self.raises(lambda: emc.Store.open(cut + "\0y"))
+                name = f"/emct-pynul-{os.getpid()}"
+                self.raises(lambda: emc.Store.open_shared(cut, name + "\0z"))
+                self.raises(lambda: emc.Store.open_shared(cut + "\0y", name))
+            finally:
+                store.close()
+        self.raises(lambda: emc.Table("user\0tag", rows=10, dim=4))
+        t = emc.Table("user", rows=10, dim=4)
+        t.name = "user\0tag"
+        self.raises(lambda: emc.Store([t]))
+        name = f"/emct-pynul-{os.getpid()}"
+        self.raises(lambda: emc.Store.create_shared(name + "\0z", [emc.Table("a", rows=10, dim=4)]))
+        self.raises(lambda: emc.Store.attach(name + "\0z"))
+        self.raises(lambda: emc.Store.unlink(name + "\0z"))
+
+
 class T14TrainExample(unittest.TestCase):
     def test_runs_and_learns(self):
         script = os.path.join(PYDIR, "train_example.py")
