@@ -956,19 +956,20 @@ class Cache(_Owner):
         if b.device and self.backend != "cuda":
             _fail(func, f"{name}: device memory on the host backend; pass host (NumPy) arrays")
 
-    def batch_bytes(self, offsets):
-        """emc_batch_bytes: bytes of a batch's packed row buffer."""
-        o = self._offsets("emc_batch_bytes", offsets)
+    def batch_bytes(self, offsets, _func="emc_batch_bytes"):
+        """emc_batch_bytes: bytes of a batch's packed row buffer. (_func: the call to name in
+        an error, when a call such as lookup asks.)"""
+        o = self._offsets(_func, offsets)
         n = ctypes.c_size_t()
-        with self.store._call("emc_batch_bytes") as sh:
-            _check(library().emc_batch_bytes(sh, o.ctypes.data, ctypes.byref(n)),
-                   "emc_batch_bytes")
+        with self.store._call(_func) as sh:
+            _check(library().emc_batch_bytes(sh, o.ctypes.data, ctypes.byref(n)), _func)
         return n.value
 
-    def _row_forms(self, offsets):
-        """Accepted (shape, dtype) forms of a row buffer, preferred first."""
+    def _row_forms(self, offsets, func):
+        """Accepted (shape, dtype) forms of a row buffer, preferred first (func: the call to
+        name when the library refuses the offsets)."""
         n = int(offsets[-1])
-        nbytes = self.batch_bytes(offsets)
+        nbytes = self.batch_bytes(offsets, func)
         forms = []
         if self._uniform:
             forms.append(((n, self.store.tables[0].dim), self._dtype))
@@ -978,7 +979,7 @@ class Cache(_Owner):
         return forms
 
     def _rows(self, func, name, arr, offsets, stream, writable):
-        forms = self._row_forms(offsets)
+        forms = self._row_forms(offsets, func)
         b, readonly = _adapt(arr, func, name, stream)
         if (b.shape, b.dtype) not in forms:
             _fail(func, f"{name}: {b.dtype} {b.shape}; need one of " +
@@ -1059,7 +1060,7 @@ class Cache(_Owner):
         s = self._stream(func, stream, ids, out, where)
         b = self._ids(func, ids, o, s)
         if out is None:
-            shape, dt = self._row_forms(o)[0]
+            shape, dt = self._row_forms(o, func)[0]
             out = self._alloc(ids, shape, dt)
         r = self._rows(func, "out", out, o, s, writable=True)
         w = None
@@ -1174,7 +1175,7 @@ class Cache(_Owner):
         """Per-table (n_t, dim_t) views of a host row buffer (any accepted form), or of a
         float32 gradient buffer (apply_gradients' grads; float32 views whatever the dtypes)."""
         o = self._offsets("split", offsets)
-        forms = self._row_forms(o)
+        forms = self._row_forms(o, "split")
         r, _ = _adapt(rows, "split", "rows", None)
         if (r.shape, r.dtype) in forms:
             dtypes = [tab.dtype for tab in self.store.tables]

@@ -358,7 +358,16 @@ class T04BadArrays(unittest.TestCase):
         # contents are the library's to check: its detail comes back verbatim
         e = self.raises(lambda: c.lookup(self.ids, np.array([0, 6, 5], dtype=np.uint64)))
         self.assertEqual(e.detail, emc.library().emc_last_error_detail().decode())
-        self.assertTrue(e.func.startswith("emc_"), e.func)
+        # .func names the user's call, not the helper that found it (emc_batch_bytes)
+        self.assertEqual(e.func, "emc_lookup")
+        bad = np.array([0, 6, 5], dtype=np.uint64)
+        out = np.empty((5, 4), np.float32)
+        for fn, func in ((lambda: c.lookup(self.ids, bad, where=True), "emc_lookup_ex"),
+                         (lambda: c.lookup(self.ids, bad, out=out), "emc_lookup"),
+                         (lambda: c.insert(self.ids, bad, out), "emc_insert"),
+                         (lambda: c.split(out, bad), "split"),
+                         (lambda: c.batch_bytes(bad), "emc_batch_bytes")):
+            self.assertEqual(self.raises(fn).func, func)
 
     def test_out_and_rows(self):
         c, i, o = self.cache, self.ids, self.offsets
