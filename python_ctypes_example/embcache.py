@@ -482,17 +482,21 @@ class _Owner:
 
     def _init_owner(self):
         self._h = ctypes.c_void_p()
-        self._lock = threading.Lock()
+        # reentrant: the collector may run a finalizer (a Cache's close() dropping its user
+        # count on this store) on a thread that holds the lock
+        self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._busy = 0
         self._closing = False
 
     def _enter(self, func):
         with self._lock:
-            if self._closing or not self._h:
-                _fail(func, f"the {self._what} is closed")
-            self._busy += 1
-            return self._h
+            h = None if self._closing else self._h
+            if h:
+                self._busy += 1
+        if not h:
+            _fail(func, f"the {self._what} is closed")
+        return h
 
     def _leave(self):
         with self._lock:
