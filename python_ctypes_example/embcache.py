@@ -71,10 +71,13 @@ and _check(). See Cache.insert for a ten-line example.
 
 import ctypes
 import ctypes.util
+import functools
 import math
+import operator
 import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -279,9 +282,12 @@ def _int(func, name, v, ctype):
     """v as a Python int that fits the C type ctype ("uint32", "uint64", "size_t", "int"):
     ctypes would keep its low bits silently. EmcError (EMC_EINVAL) naming the argument for a
     value out of range or not an integer (float, bool, str...)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+    try:
+        if isinstance(v, (bool, np.bool_)):
+            raise TypeError
+        v = operator.index(v)  # ints, NumPy integers, 0-d integer arrays, anything __index__
+    except TypeError:
         _fail(func, f"{name} = {v!r}: need an integer ({ctype}), got {type(v).__name__}")
-    v = int(v)
     lo, hi = _INT_RANGES[ctype]
     if not lo <= v <= hi:
         _fail(func, f"{name} = {v}: out of range for {ctype} [{lo}, {hi}]")
@@ -476,7 +482,11 @@ class _Owner:
     so another thread's close() could free the handle under it: every call that uses the
     handle registers as in flight (_call), close() (_closing) refuses new calls, waits until
     none is in flight and only then destroys. A call on a closed object raises EmcError
-    (EMC_EINVAL, "... is closed"). One uncontended lock round trip on entry and one on exit."""
+    (EMC_EINVAL, "... is closed"). Two closes at once: the second waits for the first and
+    finds the object closed. A close() from a thread with a call in flight on the object (a
+    signal handler, a buffer protocol hook) raises EmcError instead of waiting for itself. A
+    child of fork() starts with no call in flight. A lock round trip on entry and on exit.
+    A new method that uses the handle must be an @_in_flight one or use _call."""
 
     _what = "object"
 
@@ -487,21 +497,45 @@ class _Owner:
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._busy = 0
-        self._closing = False
+        self._closing = None  # the closing thread's id
+        self._mine = {}       # thread id -> calls it has in flight here
+        _OWNERS.add(self)
+
+    def _after_fork(self):
+        """In a child of fork(): the parent's other threads and their calls are gone."""
+        self._lock = threading.RLock()
+        self._idle = threading.Condition(self._lock)
+        self._busy = 0
+        self._closing = None
+        self._mine = {}
 
     def _enter(self, func):
-        with self._lock:
-            h = None if self._closing else self._h
-            if h:
-                self._busy += 1
+        me, counted = threading.get_ident(), False
+        try:
+            with self._lock:
+                h = None if self._closing is not None else self._h
+                if h:
+                    self._busy += 1
+                    self._mine[me] = self._mine.get(me, 0) + 1
+                    counted = True
+        except BaseException:  # (KeyboardInterrupt on the way out of the lock)
+            if counted:
+                self._leave()
+            raise
         if not h:
             _fail(func, f"the {self._what} is closed")
         return h
 
     def _leave(self):
+        me = threading.get_ident()
         with self._lock:
             self._busy -= 1
-            if self._closing and not self._busy:
+            n = self._mine.get(me, 0) - 1
+            if n > 0:
+                self._mine[me] = n
+            else:
+                self._mine.pop(me, None)
+            if self._closing is not None and not self._busy:
                 self._idle.notify_all()
 
     def _call(self, func):
@@ -514,10 +548,18 @@ class _Owner:
         lock = getattr(self, "_lock", None)
         if lock is None:  # __init__ failed before the handle existed
             return None
+        me = threading.get_ident()
         with lock:
+            while self._closing is not None:
+                if self._closing == me:  # a close nested in this thread's own close
+                    return None
+                self._idle.wait()  # another thread's close(): then closed, or reopened
             if not self._h:
                 return None
-            self._closing = True
+            if self._mine.get(me):
+                _fail("close", f"close() of the {self._what} from inside a call on it in this "
+                      "thread (a signal handler or a buffer hook?): it would wait for itself")
+            self._closing = me
             while self._busy:
                 self._idle.wait()
             return self._h
@@ -527,20 +569,32 @@ class _Owner:
         with self._lock:
             if destroyed:
                 self._h = ctypes.c_void_p()
-            self._closing = False
+            self._closing = None
+            self._idle.notify_all()
+
+
+_OWNERS = weakref.WeakSet()  # every _Owner, for fork()'s child
+
+
+def _after_fork_in_child():
+    for o in list(_OWNERS):
+        o._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _in_flight(func):
     """Decorator: the method runs as a call in flight on self (an _Owner)."""
     def wrap(method):
+        @functools.wraps(method)
         def call(self, *args, **kwargs):
             self._enter(func)
             try:
                 return method(self, *args, **kwargs)
             finally:
                 self._leave()
-        call.__name__, call.__qualname__, call.__doc__ = (method.__name__, method.__qualname__,
-                                                          method.__doc__)
         return call
     return wrap
 
@@ -687,16 +741,27 @@ class Store(_Owner):
 
     def fill_uniform(self, table, lo, hi, seed):
         func = "emc_store_fill_uniform"
-        table = _int(func, "table", table, "uint32")
+        table = self._table_index(func, table)
         lo, hi = _real(func, "lo", lo), _real(func, "hi", hi)
         seed = _int(func, "seed", seed, "uint64")
         with self._call(func) as h:
             _check(library().emc_store_fill_uniform(h, table, lo, hi, seed), func)
 
-    def _table_ids(self, func, table, ids):
-        table = _int(func, "table", table, "uint32")
+    def _table_index(self, func, table):
+        """A table index: EMC_EINVAL when not an integer, EMC_ERANGE (as the library) when not
+        one of the store's tables."""
+        try:
+            if isinstance(table, (bool, np.bool_)):
+                raise TypeError
+            table = operator.index(table)
+        except TypeError:
+            _fail(func, f"table = {table!r}: need an integer, got {type(table).__name__}")
         if not 0 <= table < len(self.tables):
             _fail(func, f"table {table}: the store has {len(self.tables)}", EMC_ERANGE)
+        return table
+
+    def _table_ids(self, func, table, ids):
+        table = self._table_index(func, table)
         b, _ = _adapt(ids, func, "ids", None)
         if b.device or b.dtype not in (np.uint64, np.int64) or len(b.shape) != 1:
             _fail(func, f"ids: need a 1-D uint64 (or int64) host array, got {b.dtype} {b.shape}"
@@ -756,6 +821,12 @@ class Store(_Owner):
         (a reference cycle: they are being finalized too, in any order) keeps its handle and
         is destroyed by the last of them to close. A handle the library would refuse to
         destroy is never dropped."""
+        lock = getattr(self, "_lock", None)
+        if not finalizing and lock is not None:
+            with lock:  # refused at once: other threads' calls go on meanwhile
+                if self._h and self._users:
+                    _fail("emc_store_destroy",
+                          "a cache is attached (or a group joined): close it first")
         h = self._closing_handle()
         if h is None:
             return
