@@ -95,8 +95,8 @@
  *   Store rows: the store's row memory is registered and mapped: the device reads missing
  *   rows from host memory directly and writes dirty rows back there. emc_store_read of an
  *   attached store sees written-back rows once emc_flush (which waits) has returned.
- *   Dense ids out of range: with host ids, EMC_ERANGE before anything changes (as on the
- *   host backend); with device ids the check runs on the device: the position reads a zero
+ *   Dense ids out of range: with pageable host ids, EMC_ERANGE before anything changes (as on
+ *   the host backend); with device (or pinned) ids the check runs on the device: the position reads a zero
  *   row (where: EMC_WHERE_ABSENT) and the next emc_flush returns EMC_ERANGE naming it.
  *   Training calls and emc_insert (see "training") make no host round trip with device
  *   buffers: the batch is sorted by id on the device (on `stream`), every check (dense ids,
@@ -296,11 +296,11 @@ EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint
  * file and the rename, two system calls apart; every save removes such temporaries of path
  * left by processes that no longer exist). Sections carry XXH64 checksums. The file holds
  * the store's rows: rows an attached cache holds dirty (emc_insert, emc_apply_gradients) are
- * written to the store only by emc_flush or their eviction, so emc_flush every cache of the
- * store first (as before emc_store_read).
+ * written to the store only by emc_flush, emc_cache_destroy or their eviction, so emc_flush
+ * every cache of the store first (as before emc_store_read).
  * Errors: EMC_EINVAL (NULL s or path), EMC_ENOMEM (save buffers, the stream, the hash state;
- * a system call failing with ENOMEM), EMC_EIO (path names a device, FIFO or socket, which is
- * never replaced; the file cannot be created, written, fsynced, linked or renamed: errno
+ * a system call failing with ENOMEM), EMC_EIO (path names a device, FIFO or socket, or a
+ * link to one, when the call starts: never replaced; the file cannot be created, written, fsynced, linked or renamed: errno
  * text in the detail; path keeps its previous content. One EMC_EIO
  * comes after the rename: the directory fsync failed, the new file is in place but may not
  * survive a crash), EMC_ECORRUPT (a shared store whose id map another process corrupted:
@@ -532,8 +532,8 @@ typedef enum emc_where {
  * CUDA backend: see "CUDA backend" above (device or host pointers, ordered on stream).
  *   ids:     (offsets[n_tables],)   offsets: (n_tables + 1,)   out: emc_batch_bytes bytes.
  * Errors: EMC_EINVAL (NULL, bad offsets as for emc_batch_bytes; CUDA backend: more than
- * 2^32 - 16 ids), EMC_ERANGE (a dense id >= rows; CUDA backend with device ids: reported by
- * the next emc_flush), EMC_ENOMEM (host scratch: about 24 bytes per id), EMC_ECUDA,
+ * 2^32 - 16 ids), EMC_ERANGE (a dense id >= rows; CUDA backend with device or pinned ids:
+ * reported by the next emc_flush), EMC_ENOMEM (host scratch: about 24 bytes per id), EMC_ECUDA,
  * EMC_EDEVMEM (scratch buffers).
  * Checked before anything changes: on error out, stats and cache contents are untouched.
  * Blocking (host); CUDA: asynchronous on stream for device buffers. */
@@ -556,7 +556,8 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
  * CUDA backend: ids and rows in host or device memory. With device buffers the call is
  * asynchronous on stream (read rows only after it; see "CUDA backend": dense ids out of range
  * and hashed tables over capacity are found on the device, the call then changes nothing and
- * the next emc_flush returns EMC_ERANGE); with host buffers it waits and returns them.
+ * the next emc_flush returns EMC_ERANGE); with pageable host buffers it waits and returns
+ * them.
  * Errors: EMC_EINVAL (as emc_lookup), EMC_ERANGE (dense id >= rows; a hashed table would
  * exceed its capacity), EMC_ENOMEM (scratch: the set of new hashed ids, a row buffer; CUDA
  * backend: per-table offsets), EMC_ECUDA, EMC_EDEVMEM (CUDA scratch buffers), EMC_ECORRUPT (a
@@ -693,8 +694,8 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * be captured into a graph, and graphs captured from the cache fix the largest batch.
  * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32; CUDA backend:
  * n >= 2^31 - 1, the bound of CUB's sort), EMC_ERANGE (a
- * dense id >= rows; CUDA backend with device ids: reported by the next emc_flush, the call
- * then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
+ * dense id >= rows; CUDA backend with device or pinned ids: reported by the next emc_flush,
+ * the call then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
  * id; the other rows are pinned), EMC_ENOMEM,
  * EMC_EDEVMEM, EMC_ECUDA, EMC_ECORRUPT (a shared store whose lock was written over). Nothing
  * changes on the other errors. */
@@ -749,7 +750,7 @@ EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const 
  * index vector"). Dense ids are checked as by emc_lookup.
  * Host backend: host pointers, stream NULL; blocking. CUDA backend: device or host pointers;
  * with device buffers asynchronous on stream (unique_offsets may be read once stream has
- * completed; with host buffers the call waits).
+ * completed; with pageable host buffers the call waits).
  * Errors: EMC_EINVAL (NULL arguments with ids, bad offsets, n >= 2^32; CUDA backend:
  * n >= 2^31 - 1, the bound of CUB's sort), EMC_ERANGE (a dense id
  * >= rows; CUDA with device ids: the next emc_flush), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA.

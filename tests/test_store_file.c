@@ -651,7 +651,14 @@ START_TEST(save_errors) {
           emc_last_error_detail());
   {
     struct stat sb;
+    char lk[4200];
     ck_assert(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    /* ... and a link to it (as /dev/stdout links to a device): the link stays */
+    path_in(lk, sizeof lk, dir, "fifo-link");
+    ck_assert(symlink(p, lk) == 0);
+    ST_FRESH(emc_store_save(s, lk), EMC_EIO);
+    ck_assert(lstat(lk, &sb) == 0 && S_ISLNK(sb.st_mode));
+    ck_assert(unlink(lk) == 0);
   }
   ck_assert(unlink(p) == 0);
   REQUIRE(!dir_has_tmp(dir), "a temporary file was left behind in %s", dir);

@@ -329,12 +329,15 @@ emc_status emc_store_save(const emc_store *s, const char *path) {
   if (!s || !path) return EMC_FAIL(EMC_EINVAL, "s or path is NULL");
   {
     /* the rename would replace whatever path names: a device (say /dev/null, for a caller
-     * running as root), FIFO or socket is refused rather than replaced by a store file */
+     * running as root), FIFO or socket, or a link to one (/dev/stdout), is refused rather
+     * than replaced by a store file (checked when the call starts) */
     struct stat sb;
-    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode) &&
-        !S_ISDIR(sb.st_mode))
-      return EMC_FAIL(EMC_EIO, "'%s' is not a regular file (a device, FIFO or socket): not replaced",
-                      path);
+    int special = lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode) &&
+                  (!S_ISLNK(sb.st_mode) ||
+                   (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)));
+    if (special)
+      return EMC_FAIL(EMC_EIO, "'%s' is not a regular file (a device, FIFO or socket, or a link to "
+                      "one): not replaced", path);
   }
   EMC_TRY(names_init(&nm, path));
   counts = emc__calloc(s->n_tables, sizeof *counts);
