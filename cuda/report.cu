@@ -12,8 +12,9 @@
 /* After a flush has completed: the store's hashed counts follow the device's, and what the
  * asynchronous calls since the last flush could not report themselves is reported now (dense
  * ids out of range in lookups, refused training calls, rows prefetches could not pin): the
- * first of these kinds as the status, all of them in the detail. Which bad id the detail
- * names is the one the device's threads recorded first, in no fixed order: "one of them". */
+ * first of these kinds as the status, all of them in the detail. Which bad id (and which
+ * refusal) the detail names is the one the device's threads recorded first, in no fixed
+ * order: "one of them". */
 static emc_status flush_reports(emc_cache *c) {
   emc__cuda_cache *k = c->cuda;
   volatile ull *mirror = (volatile ull *)k->mirror_host;
@@ -59,7 +60,7 @@ static emc_status flush_reports(emc_cache *c) {
     emc__cuda_refusal_text(part, sizeof part, g.err_code, g.err_why, g.err_table, g.err_a, g.err_b);
     snprintf(detail + strlen(detail), sizeof detail - strlen(detail),
              "%s%llu calls (emc_insert, training calls) refused on the device since the last "
-             "flush, each changing nothing (first: %s)",
+             "flush, each changing nothing (one of them: %s)",
              detail[0] ? "; " : "", errs - k->errs_seen, part);
     if (status == EMC_OK) status = g.err_code ? (emc_status)g.err_code : EMC_ERANGE;
     k->errs_seen = errs;
