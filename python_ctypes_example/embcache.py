@@ -437,11 +437,16 @@ def _adapt(obj, func, name, stream_for_dlpack):
         on_device = dev_type in (_KDL_CUDA, _KDL_CUDA_MANAGED)
         if dev_type not in (_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED):
             _fail(func, f"{name}: DLPack device type {dev_type} is neither CPU nor CUDA")
-        if on_device:
-            # DLPack: stream None asks for the legacy default stream; 0 is not allowed
-            capsule = obj.__dlpack__(stream=stream_for_dlpack if stream_for_dlpack else 1)
-        else:
-            capsule = obj.__dlpack__()
+        try:
+            if on_device:
+                # DLPack: stream None asks for the legacy default stream; 0 is not allowed
+                capsule = obj.__dlpack__(stream=stream_for_dlpack if stream_for_dlpack else 1)
+            else:
+                capsule = obj.__dlpack__()
+        except (BufferError, TypeError, ValueError, RuntimeError) as e:
+            # (NumPy refuses to export a read-only array through DLPack < 1.0)
+            _fail(func, f"{name}: the DLPack producer {type(obj).__name__} refused to export "
+                        f"it ({type(e).__name__}: {e}); pass a writable array, or a NumPy one")
         hold = _DLHold(capsule, obj)
         t = hold.mt.contents.dl_tensor
         if t.dtype.lanes != 1 or t.dtype.code not in _DL_CODES:
@@ -465,6 +470,17 @@ def _adapt(obj, func, name, stream_for_dlpack):
         _fail(func, f"{name}: array is not C-contiguous (strides {obj.strides}); "
                     "pass np.ascontiguousarray(...)")
     return _Buf(obj.ctypes.data, False, obj.shape, obj.dtype, keep=obj), not obj.flags.writeable
+
+
+class _Mem:
+    """A host _Buf's bytes as a NumPy array (np.asarray(_Mem(b))): writable, aliasing the
+    memory, keeping its owner (a DLPack capsule's holder) alive as the array's base."""
+
+    def __init__(self, b):
+        n = int(np.prod(b.shape, dtype=np.int64)) * b.dtype.itemsize
+        self._keep = b.keep
+        self.__array_interface__ = {"data": (b.ptr or 0, False), "shape": (n,),
+                                    "typestr": "|u1", "version": 3}
 
 
 # --------------------------------------------------------------------------- handles
@@ -1117,7 +1133,10 @@ class Cache(_Owner):
         if mod == "torch":
             import torch
             return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
-        if not isinstance(like, np.ndarray) and (
+        cpu_dlpack = (not isinstance(like, np.ndarray) and hasattr(like, "__dlpack__") and
+                      hasattr(like, "__dlpack_device__") and
+                      like.__dlpack_device__()[0] == _KDL_CPU)
+        if not isinstance(like, np.ndarray) and not cpu_dlpack and (
                 _cuda_array_interface(like, "lookup", "ids") is not None or
                 hasattr(like, "__dlpack__")):
             _fail(func, f"cannot allocate beside a {type(like).__name__}: " +
@@ -1262,7 +1281,11 @@ class Cache(_Owner):
                   ", ".join(f"{dt.name} {sh}" for sh, dt in both))
         if r.device:
             _fail("split", "rows: host arrays only")
-        flat = np.asarray(rows).reshape(-1).view(np.uint8)
+        if isinstance(rows, np.ndarray) or hasattr(rows, "__array_interface__"):
+            flat = np.asarray(rows).reshape(-1).view(np.uint8)
+        else:  # a DLPack producer: views of the memory _adapt found (np.asarray could make a
+            # copy, or an object array, and writes to the views would be lost)
+            flat = np.asarray(_Mem(r))
         views, at = [], 0
         for t, tab in enumerate(self.store.tables):
             n = int(o[t + 1] - o[t])

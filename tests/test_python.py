@@ -440,6 +440,36 @@ class T05DLPack(unittest.TestCase):
             with self.assertRaises(emc.EmcError) as cm:
                 cache.lookup(DLPackOnly(np.arange(10, dtype=np.uint64)[::2]), offsets)
             self.assertIn("not C-contiguous", cm.exception.detail)
+            # out allocated beside CPU DLPack ids (it was refused: "cannot allocate beside")
+            got = cache.lookup(DLPackOnly(ids), offsets)
+            np.testing.assert_array_equal(np.asarray(got), out)
+            # a producer that refuses to export (NumPy, for a read-only array): EmcError, not
+            # a BufferError
+            ro = ids.copy()
+            ro.flags.writeable = False
+            try:
+                ro.__dlpack__()
+                refuses = False
+            except BufferError:
+                refuses = True
+            if refuses:
+                with self.assertRaises(emc.EmcError) as cm:
+                    cache.lookup(DLPackOnly(ro), offsets)
+                self.assertIn("refused to export", cm.exception.detail)
+            # split of a DLPack row buffer: views of its memory (it raised TypeError, and a
+            # producer whose __array__ copies got views of the copy: writes were lost)
+            buf = np.zeros((5, 4), dtype=np.float32)
+
+            class CopyingDL(DLPackOnly):
+                def __array__(self, dtype=None, copy=None):
+                    return self.a.copy()
+
+            for wrap in (DLPackOnly, CopyingDL):
+                buf[:] = 0
+                views = cache.split(wrap(buf), offsets)
+                views[0][:] = 1
+                views[1][:] = 2
+                self.assertEqual(float(buf.sum()), 3 * 4 * 1 + 2 * 4 * 2, wrap.__name__)
         store.close()
 
 
