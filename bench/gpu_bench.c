@@ -37,8 +37,8 @@ static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
-/* Nearest-rank percentile q in (0, 1] of v[0 .. n); sorts v. */
 double pct(double *v, size_t n, double q) {
+  if (n == 0) return NAN;
   qsort(v, n, sizeof *v, cmp_double);
   size_t k = (size_t)ceil(q * (double)n);
   return v[k ? k - 1 : 0];

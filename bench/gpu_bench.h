@@ -65,7 +65,7 @@ void die_emc(const char *what, emc_status st);
   } while (0)
 void *xmalloc(size_t n);
 double now_s(void);
-/* Nearest-rank percentile q in (0, 1] of v[0 .. n); sorts v. */
+/* Nearest-rank percentile q in (0, 1] of v[0 .. n); sorts v. NAN for n == 0. */
 double pct(double *v, size_t n, double q);
 
 /* ------------------------------------------------------------------ the run's state */

@@ -49,17 +49,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "jline.h"
-#include "slot.h"
-#include "trace.h"
-#include "train.h"
-
-#define DIM 64u /* f32 elements per row, as the other GPU figures */
-#define ROW_BYTES (DIM * 4u)
-#define SEED 1u
-#define ALPHA 1.05
-#define EXIT_WRONG 1
-#define EXIT_FAIL 2
+#include "gpu_bench.h" /* DIM, ROW_BYTES, SEED, ALPHA, the exit codes, now_s, pct */
 
 typedef struct gpu_train {
   cudaStream_t st, pf;        /* the training stream, the prefetch stream */
@@ -141,22 +131,6 @@ static void g_backward(void *ctx, size_t batch, const void *out, void *grads) {
 }
 
 /* ------------------------------------------------------------------ helpers */
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-/* Nearest-rank percentile q of v[0 .. n) (sorts v); NAN for n == 0. */
-static double pct(double *v, size_t n, double q) {
-  if (n == 0) return NAN;
-  qsort(v, n, sizeof *v, cmp_double);
-  size_t k = (size_t)ceil(q * (double)n);
-  return v[k ? k - 1 : 0];
-}
 /* Microseconds between consecutive events ev[0 .. n] into us[0 .. n); they have completed. */
 static cudaError_t event_gaps(cudaEvent_t *ev, size_t n, double *us) {
   for (size_t k = 0; k < n; k++) {
@@ -219,7 +193,7 @@ static int capture_step(gpu_train *g, const emcb_train_io *io, size_t batch, siz
 
 /* Capture one step, instantiate it, replay it reps times back to back (events between the
  * launches). Never fails the bench: a failure is reported in gr. */
-static void run_graph(gpu_train *g, const emcb_train_io *io, size_t batch, size_t next,
+static void run_step_graph(gpu_train *g, const emcb_train_io *io, size_t batch, size_t next,
                       uint8_t *d_where, unsigned reps, graph_result *gr) {
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
@@ -442,7 +416,7 @@ int emcb_train_gpu_main(const emcb_train_gpu_opts *o, FILE *out_file) {
   /* ---- one step captured into a graph and replayed */
   {
     const size_t j = o->warmup + o->steps - 1;
-    run_graph(&g, &io, j, (j + 1) % n_batches, d_where + o->steps * per, o->graph_reps, &gr);
+    run_step_graph(&g, &io, j, (j + 1) % n_batches, d_where + o->steps * per, o->graph_reps, &gr);
     if (gr.captured) {
       emc_status fs = emc_flush(c, g.st);
       if (fs != EMC_OK && fs != EMC_ECAPACITY) {
