@@ -382,7 +382,8 @@ emc_status emc__cuda_check_align(emc__cuda_cache *k, const void *p, unsigned ali
 }
 
 emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                const void *buf, const char *buf_name, cudaStream_t st,
+                                const void *buf, const char *buf_name, unsigned buf_align,
+                                cudaStream_t st,
                                 const uint64_t **offs, uint64_t *n, size_t *bytes) {
   emc__cuda_cache *k = c->cuda;
   int sp;
@@ -411,7 +412,7 @@ emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_
   if (buf_name) EMC_TRY(emc__cuda_check_space(k, buf, buf_name));
   if (*n > 0) {
     EMC_TRY(emc__cuda_check_align(k, ids, 8, "ids"));
-    if (buf_name) EMC_TRY(emc__cuda_check_align(k, buf, strcmp(buf_name, "grads") == 0 ? 4 : 2, buf_name));
+    if (buf_name) EMC_TRY(emc__cuda_check_align(k, buf, buf_align, buf_name));
   }
   *offs = offsets;
   return EMC_OK;
@@ -458,7 +459,7 @@ extern "C" emc_status emc__cuda_lookup(emc_cache *c, const uint64_t *ids, const 
   /* a shared store: the copies the log names refreshed first (sync.cu) */
   if (k->shared && (status = emc__cuda_shared_sync(c)) != EMC_OK) return status;
   if ((status = emc__cuda_enter(k)) != EMC_OK) return status;
-  if ((status = emc__cuda_batch_args(c, ids, offsets, out, "out", st, &offs, &n, &bytes)) != EMC_OK || n == 0)
+  if ((status = emc__cuda_batch_args(c, ids, offsets, out, "out", 2, st, &offs, &n, &bytes)) != EMC_OK || n == 0)
     goto done;
   if (where && (status = emc__cuda_check_space(k, where, "where")) != EMC_OK) goto done;
   ids_dev = emc__cuda_device_accessible(k, ids);

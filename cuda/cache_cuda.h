@@ -162,9 +162,11 @@ emc_status emc__cuda_check_space(emc__cuda_cache *k, const void *p, const char *
 emc_status emc__cuda_check_align(emc__cuda_cache *k, const void *p, unsigned align, const char *name);
 /* The batch's offsets in host memory (device offsets are copied back: one wait), validated,
  * and the NULL and alignment checks of ids (8 bytes) and buf (buf_name NULL: no buffer
- * checked; "grads": 4 bytes, f32; rows or out: 2 bytes). Caller holds k->lock. */
+ * checked; buf_align: its element's bytes, 2 for rows, 4 for f32 gradients). Caller holds
+ * k->lock. */
 emc_status emc__cuda_batch_args(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                const void *buf, const char *buf_name, cudaStream_t st,
+                                const void *buf, const char *buf_name, unsigned buf_align,
+                                cudaStream_t st,
                                 const uint64_t **offs, uint64_t *n, size_t *bytes);
 /* A scratch slot for n positions, `bytes` of row staging and `gbytes` of gradient scratch,
  * ready in st's order (see streams.cu). Caller holds k->lock. */

@@ -357,7 +357,7 @@ extern "C" emc_status emc__cuda_shared_args(emc_cache *c, const uint64_t *ids,
   *hbuf = NULL;
   EMC_TRY(emc__cuda_shared_refuse_capture(c, stream));
   EMC_TRY(emc__cuda_enter(k));
-  status = emc__cuda_batch_args(c, ids, offsets, grads ? NULL : buf, grads ? NULL : "rows", st,
+  status = emc__cuda_batch_args(c, ids, offsets, grads ? NULL : buf, grads ? NULL : "rows", 2, st,
                                 &offs, &n, &bytes);
   if (status != EMC_OK) goto done;
   if (grads) { /* f32 gradients, dim per position */

@@ -66,7 +66,8 @@ typedef struct tcall {
 
 /* Arguments common to the calls; on success k->lock is held. */
 static emc_status begin(tcall *tc, emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                        const void *buf, const char *buf_name, void *stream) {
+                        const void *buf, const char *buf_name, unsigned buf_align,
+                        void *stream) {
   emc__cuda_cache *k = c->cuda;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   emc_status status;
@@ -76,7 +77,8 @@ static emc_status begin(tcall *tc, emc_cache *c, const uint64_t *ids, const uint
   tc->k = k;
   tc->st = (cudaStream_t)stream;
   EMC_TRY(emc__cuda_enter(k));
-  status = emc__cuda_batch_args(c, ids, offsets, buf, buf_name, tc->st, &tc->offs, &tc->n, &tc->bytes);
+  status = emc__cuda_batch_args(c, ids, offsets, buf, buf_name, buf_align, tc->st, &tc->offs,
+                                &tc->n, &tc->bytes);
   if (status == EMC_OK && tc->n >= 0x7fffffffull)
     status = EMC_FAIL(EMC_EINVAL, "%llu ids in one call; at most 2^31 - 2 (CUB's sort counts in int)",
                       (unsigned long long)tc->n);
@@ -233,7 +235,8 @@ static emc_status update_call(emc_cache *c, const uint64_t *ids, const uint64_t 
   emc_status status;
   cudaError_t e = cudaSuccess;
   const char *what = "";
-  EMC_TRY(begin(&tc, c, ids, offsets, buf, op == TR_APPLY ? "grads" : "rows", stream));
+  EMC_TRY(begin(&tc, c, ids, offsets, buf, op == TR_APPLY ? "grads" : "rows",
+                op == TR_APPLY ? 4 : 2, stream));
   if (tc.n == 0) {
     emc__cuda_leave(k);
     return EMC_OK;
@@ -361,7 +364,7 @@ extern "C" emc_status emc__cuda_prefetch(emc_cache *c, const uint64_t *ids, cons
   emc_status status;
   cudaError_t e = cudaSuccess;
   const char *what = "";
-  EMC_TRY(begin(&tc, c, ids, offsets, NULL, NULL, stream));
+  EMC_TRY(begin(&tc, c, ids, offsets, NULL, NULL, 0, stream));
   tc.blocking = !tc.ids_dev;
   if (tc.blocking && tc.capturing) {
     emc__cuda_leave(k);
@@ -406,7 +409,7 @@ extern "C" emc_status emc__cuda_dedup(emc_cache *c, const uint64_t *ids, const u
   emc_status status;
   cudaError_t e = cudaSuccess;
   const char *what = "";
-  EMC_TRY(begin(&tc, c, ids, offsets, NULL, NULL, stream));
+  EMC_TRY(begin(&tc, c, ids, offsets, NULL, NULL, 0, stream));
   if (!unique_offsets) {
     status = EMC_FAIL(EMC_EINVAL, "unique_offsets is NULL");
     goto unlock;
