@@ -55,11 +55,11 @@
  *   buffers are staged and may lie anywhere. Pinned host buffers are read and written by the
  *   kernels where they are, like device buffers: a call whose buffers are all device or
  *   pinned memory returns without waiting and reports what the device finds wrong (ids out
- *   of range, no room) at the next emc_flush. offsets should be a host array, pinned or not (n_tables + 1 small integers,
- *   read where they are): device offsets cost one small copy to the host and a wait on the
- *   stream (refused while the stream is being captured). What memory a pointer is, is asked
- *   of CUDA at every call, except for device memory, remembered for the few most recent
- *   pointers.
+ *   of range, no room) at the next emc_flush. offsets should be a host array, pinned or not
+ *   (n_tables + 1 small integers, read where they are): device offsets cost one small copy
+ *   to the host and a wait on the stream (refused while the stream is being captured). What
+ *   memory a pointer is, is asked of CUDA at every call, except for device memory,
+ *   remembered for the few most recent pointers.
  *   Streams: a lookup is one kernel on `stream` (a cudaStream_t; NULL = the default stream)
  *   plus an event record, and returns without waiting for the device unless a host buffer has
  *   to be filled: lookups from any number of streams and threads run on the device at once.
@@ -96,8 +96,9 @@
  *   rows from host memory directly and writes dirty rows back there. emc_store_read of an
  *   attached store sees written-back rows once emc_flush (which waits) has returned.
  *   Dense ids out of range: with pageable host ids, EMC_ERANGE before anything changes (as on
- *   the host backend); with device (or pinned) ids the check runs on the device: the position reads a zero
- *   row (where: EMC_WHERE_ABSENT) and the next emc_flush returns EMC_ERANGE naming it.
+ *   the host backend); with device (or pinned) ids the check runs on the device: the
+ *   position reads a zero row (where: EMC_WHERE_ABSENT) and the next emc_flush returns
+ *   EMC_ERANGE naming it.
  *   Training calls and emc_insert (see "training") make no host round trip with device
  *   buffers: the batch is sorted by id on the device (on `stream`), every check (dense ids,
  *   hashed capacity, the batch against the cache) runs on the device, and the cache's part
@@ -300,9 +301,9 @@ EMC_API emc_status emc_store_read(const emc_store *s, uint32_t table, const uint
  * every cache of the store first (as before emc_store_read).
  * Errors: EMC_EINVAL (NULL s or path), EMC_ENOMEM (save buffers, the stream, the hash state;
  * a system call failing with ENOMEM), EMC_EIO (path names a device, FIFO or socket, or a
- * link to one, when the call starts: never replaced; the file cannot be created, written, fsynced, linked or renamed: errno
- * text in the detail; path keeps its previous content. One EMC_EIO
- * comes after the rename: the directory fsync failed, the new file is in place but may not
+ * link to one, when the call starts: never replaced; the file cannot be created, written,
+ * fsynced, linked or renamed: errno text in the detail; path keeps its previous content. One
+ * EMC_EIO comes after the rename: the directory fsync failed, the new file is in place but may not
  * survive a crash), EMC_ECORRUPT (a shared store whose id map another process corrupted:
  * nothing is saved). Blocking. */
 EMC_API emc_status emc_store_save(const emc_store *s, const char *path);
@@ -532,8 +533,9 @@ typedef enum emc_where {
  * CUDA backend: see "CUDA backend" above (device or host pointers, ordered on stream).
  *   ids:     (offsets[n_tables],)   offsets: (n_tables + 1,)   out: emc_batch_bytes bytes.
  * Errors: EMC_EINVAL (NULL, bad offsets as for emc_batch_bytes; CUDA backend: more than
- * 2^32 - 16 ids), EMC_ERANGE (a dense id >= rows; CUDA backend with device or pinned ids:
- * reported by the next emc_flush), EMC_ENOMEM (host scratch: about 24 bytes per id), EMC_ECUDA,
+ * 2^32 - 16 ids, device or pinned ids or out off their alignment), EMC_ERANGE (a dense id
+ * >= rows; CUDA backend with device or pinned ids: reported by the next emc_flush),
+ * EMC_ENOMEM (host scratch: about 24 bytes per id), EMC_ECUDA,
  * EMC_EDEVMEM (scratch buffers).
  * Checked before anything changes: on error out, stats and cache contents are untouched.
  * Blocking (host); CUDA: asynchronous on stream for device buffers. */
@@ -558,11 +560,11 @@ EMC_API emc_status emc_lookup_ex(emc_cache *c, const uint64_t *ids, const uint64
  * and hashed tables over capacity are found on the device, the call then changes nothing and
  * the next emc_flush returns EMC_ERANGE); with pageable host buffers it waits and returns
  * them.
- * Errors: EMC_EINVAL (as emc_lookup), EMC_ERANGE (dense id >= rows; a hashed table would
- * exceed its capacity), EMC_ENOMEM (scratch: the set of new hashed ids, a row buffer; CUDA
- * backend: per-table offsets), EMC_ECUDA, EMC_EDEVMEM (CUDA scratch buffers), EMC_ECORRUPT (a
- * shared store whose lock, or id map, another process wrote over: the rows before the bad id
- * are inserted). Checked before anything changes but the last. */
+ * Errors: EMC_EINVAL (as emc_lookup, rows as out), EMC_ERANGE (dense id >= rows; a hashed
+ * table would exceed its capacity), EMC_ENOMEM (scratch: the set of new hashed ids, a row
+ * buffer; CUDA backend: per-table offsets), EMC_ECUDA, EMC_EDEVMEM (CUDA scratch buffers),
+ * EMC_ECORRUPT (a shared store whose lock, or id map, another process wrote over: the rows
+ * before the bad id are inserted). Checked before anything changes but the last. */
 EMC_API emc_status emc_insert(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                               const void *rows, void *stream);
 
@@ -693,11 +695,11 @@ EMC_API void emc_optimizer_init(emc_optimizer *o);
  * larger batch than any before grows the pin lists (one wait for the writer stream): it cannot
  * be captured into a graph, and graphs captured from the cache fix the largest batch.
  * Errors: EMC_EINVAL (NULL cache, NULL ids with ids, bad offsets, n >= 2^32; CUDA backend:
- * n >= 2^31 - 1, the bound of CUB's sort), EMC_ERANGE (a
- * dense id >= rows; CUDA backend with device or pinned ids: reported by the next emc_flush,
- * the call then changes nothing), EMC_ECAPACITY (above: over the pin budget, or a key held by a pinned
- * id; the other rows are pinned), EMC_ENOMEM,
- * EMC_EDEVMEM, EMC_ECUDA, EMC_ECORRUPT (a shared store whose lock was written over). Nothing
+ * n >= 2^31 - 1, the bound of CUB's sort; device or pinned ids off their alignment),
+ * EMC_ERANGE (a dense id >= rows; CUDA backend with device or pinned ids: reported by the
+ * next emc_flush, the call then changes nothing), EMC_ECAPACITY (above: over the pin budget,
+ * or a key held by a pinned id; the other rows are pinned), EMC_ENOMEM, EMC_EDEVMEM,
+ * EMC_ECUDA, EMC_ECORRUPT (a shared store whose lock was written over). Nothing
  * changes on the other errors. */
 EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                                 void *stream);
@@ -731,7 +733,8 @@ EMC_API emc_status emc_prefetch(emc_cache *c, const uint64_t *ids, const uint64_
  * sizeof(emc_optimizer), an unknown kind or merge, lr, eps or initial_accumulator NaN or
  * infinite, eps or initial_accumulator negative, row-wise Adagrad with ids in a table without
  * EMC_STATE_ADAGRAD (CUDA backend: any table of the store without it), n >= 2^32 (CUDA
- * backend: n >= 2^31 - 1, the bound of CUB's sort)),
+ * backend: n >= 2^31 - 1, the bound of CUB's sort; device or pinned ids or grads off their
+ * alignment)),
  * EMC_ERANGE (a dense id >= rows, a hashed table would exceed its capacity), EMC_ECAPACITY
  * (above), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA, EMC_ECORRUPT (a shared store whose lock or
  * id map was written over: the rows before the bad id are stepped). All but the last are
@@ -752,8 +755,9 @@ EMC_API emc_status emc_apply_gradients(emc_cache *c, const uint64_t *ids, const 
  * with device buffers asynchronous on stream (unique_offsets may be read once stream has
  * completed; with pageable host buffers the call waits).
  * Errors: EMC_EINVAL (NULL arguments with ids, bad offsets, n >= 2^32; CUDA backend:
- * n >= 2^31 - 1, the bound of CUB's sort), EMC_ERANGE (a dense id
- * >= rows; CUDA with device ids: the next emc_flush), EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA.
+ * n >= 2^31 - 1, the bound of CUB's sort; device or pinned buffers off their alignment),
+ * EMC_ERANGE (a dense id >= rows; CUDA with device or pinned ids: the next emc_flush),
+ * EMC_ENOMEM, EMC_EDEVMEM, EMC_ECUDA.
  * Outputs are untouched on error. */
 EMC_API emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
                              uint64_t *unique_ids, uint64_t *unique_offsets, uint32_t *inverse,
