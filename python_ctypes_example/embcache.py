@@ -278,16 +278,22 @@ _CTYPE_NAMES = {ctypes.c_uint32: "uint32", ctypes.c_uint64: "uint64", ctypes.c_s
                 ctypes.c_int: "int"}
 
 
+def _index(func, name, v, what=""):
+    """v as a Python int (operator.index: ints, NumPy integers, 0-d integer arrays, anything
+    with __index__; not bool); EmcError (EMC_EINVAL) naming the argument otherwise."""
+    try:
+        if isinstance(v, (bool, np.bool_)):
+            raise TypeError
+        return operator.index(v)
+    except TypeError:
+        _fail(func, f"{name} = {v!r}: need an integer{what}, got {type(v).__name__}")
+
+
 def _int(func, name, v, ctype):
     """v as a Python int that fits the C type ctype ("uint32", "uint64", "size_t", "int"):
     ctypes would keep its low bits silently. EmcError (EMC_EINVAL) naming the argument for a
     value out of range or not an integer (float, bool, str...)."""
-    try:
-        if isinstance(v, (bool, np.bool_)):
-            raise TypeError
-        v = operator.index(v)  # ints, NumPy integers, 0-d integer arrays, anything __index__
-    except TypeError:
-        _fail(func, f"{name} = {v!r}: need an integer ({ctype}), got {type(v).__name__}")
+    v = _index(func, name, v, f" ({ctype})")
     lo, hi = _INT_RANGES[ctype]
     if not lo <= v <= hi:
         _fail(func, f"{name} = {v}: out of range for {ctype} [{lo}, {hi}]")
@@ -766,12 +772,7 @@ class Store(_Owner):
     def _table_index(self, func, table):
         """A table index: EMC_EINVAL when not an integer, EMC_ERANGE (as the library) when not
         one of the store's tables."""
-        try:
-            if isinstance(table, (bool, np.bool_)):
-                raise TypeError
-            table = operator.index(table)
-        except TypeError:
-            _fail(func, f"table = {table!r}: need an integer, got {type(table).__name__}")
+        table = _index(func, "table", table)
         if not 0 <= table < len(self.tables):
             _fail(func, f"table {table}: the store has {len(self.tables)}", EMC_ERANGE)
         return table
