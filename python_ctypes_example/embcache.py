@@ -518,16 +518,14 @@ class _Owner:
         # count on this store) on a thread that holds the lock
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
-        self._busy = 0
         self._closing = None  # the closing thread's id
-        self._mine = {}       # thread id -> calls it has in flight here
+        self._mine = {}       # thread id -> calls it has in flight here (empty: none at all)
         _OWNERS.add(self)
 
     def _after_fork(self):
         """In a child of fork(): the parent's other threads and their calls are gone."""
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
-        self._busy = 0
         self._closing = None
         self._mine = {}
 
@@ -537,7 +535,6 @@ class _Owner:
             with self._lock:
                 h = None if self._closing is not None else self._h
                 if h:
-                    self._busy += 1
                     self._mine[me] = self._mine.get(me, 0) + 1
                     counted = True
         except BaseException:  # (KeyboardInterrupt on the way out of the lock)
@@ -551,13 +548,12 @@ class _Owner:
     def _leave(self):
         me = threading.get_ident()
         with self._lock:
-            self._busy -= 1
             n = self._mine.get(me, 0) - 1
             if n > 0:
                 self._mine[me] = n
             else:
                 self._mine.pop(me, None)
-            if self._closing is not None and not self._busy:
+            if self._closing is not None and not self._mine:
                 self._idle.notify_all()
 
     def _call(self, func):
@@ -582,7 +578,7 @@ class _Owner:
                 _fail("close", f"close() of the {self._what} from inside a call on it in this "
                       "thread (a signal handler or a buffer hook?): it would wait for itself")
             self._closing = me
-            while self._busy:
+            while self._mine:
                 self._idle.wait()
             return self._h
 
