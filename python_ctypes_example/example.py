@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""embcache from Python through the embcache.py binding (ctypes + NumPy, nothing to build).
+"""embcache from Python through the embcache binding (ctypes + NumPy, nothing to build).
 
 Builds a store of four dense f32 tables (10k..200k rows, dim 16/32) plus one hashed table,
 fills it with emc_store_fill_uniform, puts a host-backend cache of 10% of the store's bytes

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training embeddings inside embcache from NumPy (the embcache.py binding, host backend).
+"""Training embeddings inside embcache from NumPy (the embcache binding, host backend).
 
 A toy click model: p(click | user, item) = sigmoid(w . (e_user + e_item) + b), the two
 embedding tables kept by embcache (row-wise Adagrad, its accumulator stored beside each row),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python binding (python_ctypes_example/embcache.py) against a built libembcache.so.
+"""The Python binding (python_ctypes_example/embcache/) against a built libembcache.so.
 
     python3 tests/test_python.py LIBEMBCACHE_SO [PYTHON_DIR]
 
@@ -540,7 +540,7 @@ class T07CudaPlumbing(unittest.TestCase):
         proxy = self.Proxy(real)
         cls = type("FakeCudaCache", (emc.Cache,), {"backend": "cuda"})
         cache.__class__ = cls
-        emc._lib = proxy
+        emc._capi._lib = proxy
         try:
             ids = np.array([1, 2, 3, 4, 5], dtype=np.uint64)
             offsets = [0, 3, 5]
@@ -578,7 +578,7 @@ class T07CudaPlumbing(unittest.TestCase):
                 cache.insert(self.Cai(ids), offsets, RequiresGrad())
             self.assertIn("detach()", cm.exception.detail)
         finally:
-            emc._lib = real
+            emc._capi._lib = real
             cache.__class__ = emc.Cache
             cache.close()
             store.close()
@@ -1013,7 +1013,7 @@ class T13TrainingPlumbing(unittest.TestCase):
         cache = inline_cache(store, backend="host", capacity_bytes=1 << 16)
         proxy = self.Proxy(real)
         cache.__class__ = type("FakeCudaCache", (emc.Cache,), {"backend": "cuda"})
-        emc._lib = proxy
+        emc._capi._lib = proxy
         try:
             ids = np.array([1, 2, 3, 4, 5], dtype=np.uint64)
             grads = np.ones((5, 4), np.float32)
@@ -1034,7 +1034,7 @@ class T13TrainingPlumbing(unittest.TestCase):
                 cache.apply_gradients(ids, offsets, d, emc.Optimizer(), stream=11)
                 self.assertEqual((proxy.calls[-1][-1], d.asked), (11, [11]))
         finally:
-            emc._lib = real
+            emc._capi._lib = real
             cache.__class__ = emc.Cache
             cache.close()
             store.close()
