@@ -151,6 +151,7 @@ static void worker(const emcb_procs_cfg *c, shared_ctl *ctl, unsigned k, const c
   uint32_t t;
   emc_status st;
   emc_stats st0, st1;
+  int at_barrier = 0; /* this worker counted itself in ctl->ready */
   if (!z || !perm || !ids || !off || !out || !want) {
     worker_fail(w, EMC_ENOMEM);
     goto out;
@@ -185,6 +186,7 @@ static void worker(const emcb_procs_cfg *c, shared_ctl *ctl, unsigned k, const c
     if (b == c->warmup) { /* the barrier: every worker warmed, then all start at once */
       emc_get_stats(cache, &st0);
       __atomic_fetch_add(&ctl->ready, 1u, __ATOMIC_ACQ_REL);
+      at_barrier = 1;
       wait_flag(&ctl->go, 1);
     }
     for (t = 0; t < c->n_tables; t++)
@@ -211,13 +213,14 @@ static void worker(const emcb_procs_cfg *c, shared_ctl *ctl, unsigned k, const c
   if (c->batches == 0) {
     emc_get_stats(cache, &st0);
     __atomic_fetch_add(&ctl->ready, 1u, __ATOMIC_ACQ_REL);
+    at_barrier = 1;
     wait_flag(&ctl->go, 1);
   }
   emc_get_stats(cache, &st1);
   w->hits = st1.hits - st0.hits;
 out:
   read_status(w);
-  if (w->status != 0 && __atomic_load_n(&ctl->ready, __ATOMIC_ACQUIRE) <= k) /* not at the barrier */
+  if (!at_barrier) /* failed before it: counted as arrived, so the others are released */
     __atomic_fetch_add(&ctl->ready, 1u, __ATOMIC_ACQ_REL);
   __atomic_fetch_add(&ctl->reported, 1u, __ATOMIC_ACQ_REL);
   wait_flag(&ctl->exit_ok, 1); /* everyone measured alive */
@@ -233,8 +236,29 @@ typedef struct mode_result {
   int failed;
 } mode_result;
 
+/* Wait until *counter reaches want, counting the workers that ended meanwhile (workers exit
+ * only after exit_ok, so one that ends before has died: a signal, the OOM killer) as arrived:
+ * otherwise one dead worker would keep the parent and every other worker waiting for good.
+ * A reaped worker's pid becomes 0 and its wait status is kept in stt[]. */
+static void wait_workers(const uint32_t *counter, unsigned want, pid_t *kids, int *stt,
+                         mode_result *r) {
+  unsigned dead = 0, k;
+  for (k = 0; k < want; k++) dead += kids[k] == 0;
+  while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) + dead < want) {
+    struct timespec ts = {0, 200000};
+    for (k = 0; k < want; k++)
+      if (kids[k] > 0 && waitpid(kids[k], &stt[k], WNOHANG) == kids[k]) {
+        kids[k] = 0;
+        dead++;
+        r->failed = 1;
+      }
+    nanosleep(&ts, NULL);
+  }
+}
+
 static int run_mode(const emcb_procs_cfg *c, shared_ctl *ctl, const char *name, mode_result *r) {
   pid_t kids[MAX_PROCS];
+  int stt[MAX_PROCS] = {0};
   unsigned k;
   double end = 0;
   memset(ctl, 0, sizeof *ctl);
@@ -249,15 +273,18 @@ static int run_mode(const emcb_procs_cfg *c, shared_ctl *ctl, const char *name, 
       return 2;
     }
   }
-  wait_flag(&ctl->ready, c->procs);
+  wait_workers(&ctl->ready, c->procs, kids, stt, r);
   ctl->go_s = mono_s();
   __atomic_store_n(&ctl->go, 1u, __ATOMIC_RELEASE);
-  wait_flag(&ctl->reported, c->procs);
+  wait_workers(&ctl->reported, c->procs, kids, stt, r);
   __atomic_store_n(&ctl->exit_ok, 1u, __ATOMIC_RELEASE);
   for (k = 0; k < c->procs; k++) {
-    int stt = 0;
-    waitpid(kids[k], &stt, 0);
-    if (!WIFEXITED(stt) || WEXITSTATUS(stt) != 0) r->failed = 1;
+    if (kids[k] > 0 && waitpid(kids[k], &stt[k], 0) == kids[k]) kids[k] = 0;
+    if (!WIFEXITED(stt[k]) || WEXITSTATUS(stt[k]) != 0) {
+      if (WIFSIGNALED(stt[k]))
+        fprintf(stderr, "emc-bench: --procs: worker %u ended by signal %d\n", k, WTERMSIG(stt[k]));
+      r->failed = 1;
+    }
   }
   for (k = 0; k < c->procs; k++) {
     const worker_out *w = &ctl->w[k];
