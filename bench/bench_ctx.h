@@ -28,6 +28,7 @@
 #define EXIT_EMC 2
 #define EXIT_PLOT 3
 #define EXIT_USAGE 64
+#define EXIT_IO 74 /* the results could not be written (sysexits' EX_IOERR) */
 #define N_CHECK_BATCHES 3
 
 /* ------------------------------------------------------------------ helpers */

@@ -21,7 +21,8 @@
  * threads at once (lookup_threads.c) and times one thread on the same batches beside it.
  * Progress goes to stderr, JSON lines to stdout (and to --out FILE, appended).
  * Exit status: 0 ok; 1 wrong rows or --all-hit not all hits; 2 an emc_* call failed or out
- * of memory; 3 --plot failed; 64 bad command line.
+ * of memory; 3 --plot failed; 64 bad command line; 74 the JSON lines could not be written
+ * (stdout or --out: a full disk, a closed pipe), whatever the run found.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -257,6 +258,38 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
   return wrong ? EXIT_WRONG : 0;
 }
 
+/* The tables' shapes fit what a store takes, and the store's bytes fit 64 bits: else a usage
+ * error naming the cause (a --scale of 1e300 used to wrap the row total). */
+static int shape_ok(const uint64_t *rows, uint32_t n, uint32_t dim, emc_dtype dtype) {
+  const uint64_t stride = emcb_slot_stride((uint64_t)dim * emc_dtype_size(dtype));
+  uint64_t total = 0;
+  for (uint32_t t = 0; t < n; t++) {
+    if (rows[t] > EMC_MAX_ROWS) {
+      fprintf(stderr, "emc-bench: table %u would have %.6g rows, more than a store takes "
+              "(2^40): a smaller --scale or --rows\n", t, (double)rows[t]);
+      return 0;
+    }
+    total += rows[t]; /* no wrap: n <= EMC_MAX_TABLES rows of <= 2^40 each */
+  }
+  if (stride && total > UINT64_MAX / stride) {
+    fprintf(stderr, "emc-bench: %u tables of %llu rows in all at %llu bytes a row do not fit "
+            "64-bit sizes\n", n, (unsigned long long)total, (unsigned long long)stride);
+    return 0;
+  }
+  return 1;
+}
+
+/* The run's exit status once stdout and the --out file (closed here) are known to hold every
+ * line: EXIT_IO when a write failed (fputs' and fflush's errors stick to the stream), since a
+ * run whose results were lost must not say 0. */
+static int results_written(FILE *out_file, const char *out_name, int rc) {
+  int bad_out = 0, bad_stdout = fflush(stdout) != 0 || ferror(stdout);
+  if (out_file) bad_out = ferror(out_file) | (fclose(out_file) != 0);
+  if (bad_stdout) fprintf(stderr, "emc-bench: writing the results to stdout failed\n");
+  if (bad_out) fprintf(stderr, "emc-bench: writing the results to %s failed\n", out_name);
+  return bad_stdout || bad_out ? EXIT_IO : rc;
+}
+
 int main(int argc, char **argv) {
   bench_opts o;
   int pr = emcb_parse_args(argc, argv, &o);
@@ -291,6 +324,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "emc-bench: bad preset arguments\n");
       return EXIT_USAGE;
     }
+    if (!shape_ok(rows, pc.n_tables, o.dim, o.dtype)) return EXIT_USAGE;
     if (o.out && !(of = fopen(o.out, "a"))) {
       fprintf(stderr, "emc-bench: cannot open %s: %s\n", o.out, strerror(errno));
       return EXIT_USAGE;
@@ -310,8 +344,7 @@ int main(int argc, char **argv) {
     pc.admission = o.admission;
     pc.seed = o.seed;
     prc = emcb_procs_run(&pc, stdout, of);
-    if (of) fclose(of);
-    return prc;
+    return results_written(of, o.out, prc);
   }
 
   bench_ctx b;
@@ -323,6 +356,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "emc-bench: bad preset arguments\n");
     return EXIT_USAGE;
   }
+  if (!shape_ok(b.rows, b.n_tables, o.dim, o.dtype)) return EXIT_USAGE;
   for (uint32_t t = 0; t < b.n_tables; t++) b.total_rows += b.rows[t];
   b.row_bytes = (uint64_t)o.dim * emc_dtype_size(o.dtype);
   b.stride = emcb_slot_stride(b.row_bytes);
@@ -485,6 +519,5 @@ int main(int argc, char **argv) {
   emc_store_destroy(b.store);
   emcb_pt_free(&b.pt);
   if (o.train) emcb_train_free(&b.train);
-  if (b.out_file) fclose(b.out_file);
-  return rc;
+  return results_written(b.out_file, o.out, rc);
 }

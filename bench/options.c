@@ -34,8 +34,8 @@ void emcb_usage(FILE *f) {
       "  --seed S             store and trace seed (default 1)\n"
       "  --all-hit            size the cache for every distinct row of the trace and warm it;\n"
       "                       fail (exit 1) unless every measured lookup hits\n"
-      "  --sweep-alpha a,b,.. one configuration per alpha\n"
-      "  --sweep-cache f,g,.. one configuration per cache fraction\n"
+      "  --sweep-alpha a,b,.. one configuration per alpha (replaces --alpha)\n"
+      "  --sweep-cache f,g,.. one configuration per cache fraction (replaces --cache-frac)\n"
       "  --lru-check / --no-lru-check   exact LRU at t2*capacity and t1*capacity (default on)\n"
       "  --per-table / --no-per-table   also run one cache per table, the budget split by\n"
       "                       table size, on the same batches (default: on for criteo-kaggle)\n"
@@ -44,7 +44,8 @@ void emcb_usage(FILE *f) {
       "                       through a cache on a copy of the store, and the same steps\n"
       "                       without a cache (gather + SGD on another copy); JSON: \"train\"\n"
       "  --prefetch-depth D   --train: pins live through D more prefetches (default 1; 0..14)\n"
-      "  --sweep-batch b,c,.. one trace (and configuration set) per batch size\n"
+      "  --sweep-batch b,c,.. one trace (and configuration set) per batch size (replaces\n"
+      "                       --batch)\n"
       "  --mrc                sizing: exact LRU hit ratio over every cache size (stack\n"
       "                       distances) and Belady's OPT at the configured sizes, as JSON lines\n"
       "                       with \"record\":\"mrc\"; config lines gain mrc_* and opt_* fields\n"
@@ -84,8 +85,11 @@ void emcb_usage(FILE *f) {
       "deltas over the measured batches, gauges (bytes_in_use, ...) are read after them.\n"
       "Hit ratios per distinct key per batch (hit_ratio_distinct, lru_*, opt_*, mrc lines)\n"
       "count each batch's distinct (table, id) keys once; hit_ratio counts every lookup.\n"
-      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error, 3 --plot failed,\n"
-      "64 bad usage.\n");
+      "Integers are decimal. An option that needs another (--mrc-points: --mrc) or that the\n"
+      "run would ignore (--tables without --preset uniform, --alpha with --dist uniform, most\n"
+      "options with --procs) is refused as bad usage.\n"
+      "Exit: 0 ok, 1 wrong rows or --all-hit failed, 2 embcache error or out of memory,\n"
+      "3 --plot failed, 64 bad usage, 74 the results could not be written (stdout, --out).\n");
 }
 
 static int parse_double(const char *s, double *out) {
@@ -97,11 +101,13 @@ static int parse_double(const char *s, double *out) {
   return 0;
 }
 
+/* A decimal integer: digits only (strtoull alone would take leading blanks, a sign, and
+ * octal "010" or hex "0x10"). */
 static int parse_u64(const char *s, uint64_t *out) {
   char *end = NULL;
-  if (*s == '-') return -1;
+  if (!(*s >= '0' && *s <= '9')) return -1;
   errno = 0;
-  unsigned long long v = strtoull(s, &end, 0);
+  unsigned long long v = strtoull(s, &end, 10);
   if (errno != 0 || end == s || *end != '\0') return -1;
   *out = (uint64_t)v;
   return 0;
@@ -126,16 +132,22 @@ static int parse_list(const char *s, double *out, size_t *n) {
 }
 
 enum {
-  OPT_PRESET = 256, OPT_SCALE, OPT_TABLES, OPT_ROWS, OPT_DIM, OPT_DTYPE, OPT_ALPHA, OPT_DIST,
+  OPT_FIRST = 256, OPT_PRESET = OPT_FIRST, OPT_SCALE, OPT_TABLES, OPT_ROWS, OPT_DIM, OPT_DTYPE, OPT_ALPHA, OPT_DIST,
   OPT_BATCH, OPT_BATCHES, OPT_WARMUP, OPT_CACHE_FRAC, OPT_T1, OPT_T2, OPT_BACKEND, OPT_KEY_BITS,
   OPT_SEED, OPT_ALL_HIT, OPT_SWEEP_ALPHA, OPT_SWEEP_CACHE, OPT_LRU, OPT_NO_LRU, OPT_OUT, OPT_HELP,
   OPT_PER_TABLE, OPT_NO_PER_TABLE,
   OPT_SWEEP_BATCH, OPT_MRC, OPT_MRC_POINTS, OPT_MRC_OPT_POINTS, OPT_PLOT,
-  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES, OPT_ADMISSION, OPT_THREADS, OPT_PROCS
+  OPT_PREWARM, OPT_PREWARM_SAMPLE, OPT_PREWARM_BATCHES, OPT_ADMISSION, OPT_THREADS, OPT_PROCS,
+  OPT_TRAIN, OPT_PREFETCH_DEPTH, OPT_END
 };
+#define OPT_N (OPT_END - OPT_FIRST)
 
-/* --train's options (train.c), numbered apart from the list above */
-enum { OPT_TRAIN = 0x1000, OPT_PREFETCH_DEPTH };
+/* Options that only mean something with another one, and options --procs does not run:
+ * refused (usage) rather than silently ignored. */
+typedef struct opt_rule {
+  int opt, needs;   /* needs: 0 for "not with --procs" */
+  const char *why;
+} opt_rule;
 
 /* Returns 0, 1 for --help (exit 0), or -1 after printing what is wrong. */
 int emcb_parse_args(int argc, char **argv, bench_opts *o) {
@@ -213,9 +225,11 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
   int c;
   uint64_t u = 0;
   double d = 0;
+  unsigned char given[OPT_N] = {0}; /* given[OPT_x - OPT_FIRST]: the option was on the line */
   opterr = 0;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     const char *a = optarg;
+    if (c >= OPT_FIRST && c < OPT_FIRST + OPT_N) given[c - OPT_FIRST] = 1;
     switch (c) {
       case OPT_PRESET:
         if (strcmp(a, "criteo-kaggle") != 0 && strcmp(a, "uniform") != 0) goto bad;
@@ -242,10 +256,12 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
         else if (strcmp(a, "f16") == 0) o->dtype = EMC_DTYPE_F16;
         else goto bad;
         break;
-      case OPT_ALPHA:
+      case OPT_ALPHA: /* a --sweep-alpha list wins, whatever the order (as --sweep-batch) */
         if (parse_double(a, &d) != 0 || !(d > 0)) goto bad;
-        o->alphas[0] = d;
-        o->n_alphas = 1;
+        if (!given[OPT_SWEEP_ALPHA - OPT_FIRST]) {
+          o->alphas[0] = d;
+          o->n_alphas = 1;
+        }
         break;
       case OPT_DIST:
         if (strcmp(a, "zipf") == 0) o->dist = EMCT_DIST_ZIPF;
@@ -264,10 +280,12 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
         if (parse_u64(a, &u) != 0 || u > 1000000) goto bad;
         o->warmup = (size_t)u;
         break;
-      case OPT_CACHE_FRAC:
+      case OPT_CACHE_FRAC: /* a --sweep-cache list wins, whatever the order */
         if (parse_double(a, &d) != 0 || !(d > 0)) goto bad;
-        o->fracs[0] = d;
-        o->n_fracs = 1;
+        if (!given[OPT_SWEEP_CACHE - OPT_FIRST]) {
+          o->fracs[0] = d;
+          o->n_fracs = 1;
+        }
         break;
       case OPT_T1:
         if (parse_double(a, &o->t1) != 0) goto bad;
@@ -353,8 +371,13 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
       case OPT_PER_TABLE: o->per_table = 1; break;
       case OPT_NO_PER_TABLE: o->per_table = 0; break;
       default:
-        fprintf(stderr, "emc-bench: unknown option or missing argument: %s\n",
-                argv[optind - 1]);
+        /* optopt: the short option getopt stopped at (argv[optind - 1] is then the word it
+         * lies in, or the word before: "-xh"); 0 for a long option, which argv names */
+        if (optopt > 0 && optopt < 256 && optopt != 'h')
+          fprintf(stderr, "emc-bench: unknown option -%c\n", optopt);
+        else
+          fprintf(stderr, "emc-bench: unknown option or missing argument: %s\n",
+                  argv[optind - 1]);
         return -1;
     }
     continue;
@@ -368,9 +391,58 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
     fprintf(stderr, "emc-bench: unexpected argument '%s'\n", argv[optind]);
     return -1;
   }
-  if (!(0 < o->t2 && o->t2 < o->t1 && o->t1 <= 1)) {
-    fprintf(stderr, "emc-bench: need 0 < t2 < t1 <= 1 (got t1 %g, t2 %g)\n", o->t1, o->t2);
+  /* checked as the library gets them, as floats: 0.8 and 0.79999999999 are one float */
+  if (!(0 < (float)o->t2 && (float)o->t2 < (float)o->t1 && (float)o->t1 <= 1)) {
+    fprintf(stderr, "emc-bench: need 0 < t2 < t1 <= 1 as 32-bit floats (got t1 %.9g, t2 %.9g: "
+            "as floats %.9g, %.9g)\n", o->t1, o->t2, (double)(float)o->t1, (double)(float)o->t2);
     return -1;
+  }
+  {
+    static const opt_rule rules[] = {
+        {OPT_TABLES, -1, "--tables sets the uniform preset's tables: add --preset uniform"},
+        {OPT_ROWS, -1, "--rows sets the uniform preset's rows: add --preset uniform"},
+        {OPT_SCALE, -2, "--scale scales the criteo-kaggle preset, not --preset uniform"},
+        {OPT_ALPHA, -3, "--alpha is the Zipf exponent: drop it with --dist uniform"},
+        {OPT_SWEEP_ALPHA, -3, "--sweep-alpha sweeps the Zipf exponent: drop it with --dist "
+                              "uniform"},
+        {OPT_CACHE_FRAC, -4, "--all-hit sizes the cache itself: drop --cache-frac"},
+        {OPT_MRC_POINTS, OPT_MRC, "--mrc-points needs --mrc"},
+        {OPT_MRC_OPT_POINTS, OPT_MRC, "--mrc-opt-points needs --mrc"},
+        {OPT_PREFETCH_DEPTH, OPT_TRAIN, "--prefetch-depth needs --train"},
+        {OPT_PREWARM_SAMPLE, OPT_PREWARM, "--prewarm-sample needs --prewarm"},
+        {OPT_PREWARM_BATCHES, OPT_PREWARM, "--prewarm-batches needs --prewarm"},
+        {OPT_DIST, -5, "--dist uniform"}, {OPT_SWEEP_ALPHA, 0, "--sweep-alpha"},
+        {OPT_SWEEP_CACHE, 0, "--sweep-cache"}, {OPT_SWEEP_BATCH, 0, "--sweep-batch"},
+        {OPT_ALL_HIT, 0, "--all-hit"}, {OPT_LRU, 0, "--lru-check"},
+        {OPT_PER_TABLE, 0, "--per-table"}, {OPT_TRAIN, 0, "--train"},
+        {OPT_PREFETCH_DEPTH, 0, "--prefetch-depth"}, {OPT_MRC, 0, "--mrc"},
+        {OPT_MRC_POINTS, 0, "--mrc-points"}, {OPT_MRC_OPT_POINTS, 0, "--mrc-opt-points"},
+        {OPT_PLOT, 0, "--plot"}, {OPT_PREWARM, 0, "--prewarm"},
+        {OPT_PREWARM_SAMPLE, 0, "--prewarm-sample"}, {OPT_PREWARM_BATCHES, 0, "--prewarm-batches"},
+        {OPT_THREADS, -6, "--threads"}};
+    const int uniform = strcmp(o->preset, "uniform") == 0;
+    for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++) {
+      const opt_rule *r = &rules[k];
+      int broken;
+      if (!given[r->opt - OPT_FIRST]) continue;
+      switch (r->needs) {
+        case -1: broken = !uniform; break;
+        case -2: broken = uniform; break;
+        case -3: broken = o->dist == EMCT_DIST_UNIFORM; break;
+        case -4: broken = o->all_hit; break;
+        case 0: broken = o->procs > 0; break;
+        case -5: broken = o->procs > 0 && o->dist == EMCT_DIST_UNIFORM; break;
+        case -6: broken = o->procs > 0 && o->threads > 1; break;
+        default: broken = !given[r->needs - OPT_FIRST]; break;
+      }
+      if (!broken) continue;
+      if (r->needs == 0 || r->needs <= -5)
+        fprintf(stderr, "emc-bench: --procs runs only its own measurement (--procs in --help): "
+                "drop %s\n", r->why);
+      else
+        fprintf(stderr, "emc-bench: %s\n", r->why);
+      return -1;
+    }
   }
   if (o->per_table < 0) o->per_table = strcmp(o->preset, "criteo-kaggle") == 0;
   if (o->n_batch_sizes == 0) {

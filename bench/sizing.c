@@ -170,13 +170,20 @@ int sizing_plot(const char *dir, const char *jsonl) {
   const char *py = getenv("EMC_BENCH_PYTHON"), *script = getenv("EMC_BENCH_PLOT_SCRIPT");
   if (!py || !*py) py = EMC_BENCH_PYTHON;
   if (!script || !*script) script = EMC_BENCH_PLOT_SCRIPT;
-  char *argv[] = {(char *)py, (char *)script, "--out", (char *)dir, (char *)jsonl, NULL};
+  /* "--out=DIR" and "--" before the file: a DIR that starts with '-' is not an option */
+  size_t n = strlen(dir) + sizeof "--out=";
+  char *out_arg = malloc(n);
   pid_t pid;
   int st = 0, e;
-  fprintf(stderr, "emc-bench: plot: %s %s --out %s %s\n", py, script, dir, jsonl);
+  if (!out_arg) return -1;
+  snprintf(out_arg, n, "--out=%s", dir);
+  char *argv[] = {(char *)py, (char *)script, out_arg, "--", (char *)jsonl, NULL};
+  fprintf(stderr, "emc-bench: plot: %s %s %s -- %s\n", py, script, out_arg, jsonl);
   fflush(stdout);
   fflush(stderr);
-  if ((e = posix_spawnp(&pid, py, NULL, NULL, argv, environ)) != 0) {
+  e = posix_spawnp(&pid, py, NULL, NULL, argv, environ);
+  free(out_arg);
+  if (e != 0) {
     fprintf(stderr, "emc-bench: plot: cannot run %s: %s\n", py, strerror(e));
     return -1;
   }

@@ -26,6 +26,11 @@ trained directly (f32 and f16). A bad --prefetch-depth is a usage error.
 machine's memory with one shared store below the private stores' and within 1.1x of one store
 plus the processes' own memory (not under a sanitizer, whose shadow memory each process holds).
 
+The command line (command_line): decimal integers, options that need another or that the
+run would ignore refused, t1/t2 as floats, a --scale past 2^40 rows, exit 74 when the results
+cannot be written, --procs ending when workers fail before the start, a --plot folder named
+like an option.
+
 What a new user trips over: --backend auto says which backend it picked and why
 (backend_reason, and a stderr line); with EMC_BENCH_GPU given, emc-bench-gpu -h works and,
 with no device visible (CUDA_VISIBLE_DEVICES=""), it exits 77 saying why ("no NVIDIA driver
@@ -359,6 +364,58 @@ def bench_gpu(gpu):
               f"emc-bench-gpu with no driver installed: {p.stderr.strip()!r}")
 
 
+def command_line(binary, d, small):
+    """What the command line promises beyond the option list: integers are decimal (no octal
+    "010", hex or sign), an option that needs another or that the run would ignore is bad
+    usage (64), t1/t2 are judged as the floats the library gets, a --scale past 2^40 rows is
+    bad usage, results that cannot be written exit 74, --procs with a failing worker ends
+    (exit 2; it could wait for good), and --plot takes a folder named like an option."""
+    def bench(args, **kw):
+        try:
+            return subprocess.run([binary] + args, stdout=kw.pop("stdout", subprocess.PIPE),
+                                  stderr=subprocess.PIPE, text=True, timeout=120, **kw)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, -1, "", "timed out after 120 s")
+    usage = [["--batch", "0x10"], ["--batches", "010x"], ["--seed", " -1"], ["--seed", "-1"],
+             ["--mrc-points", "5"], ["--prefetch-depth", "2"], ["--prewarm-sample", "4"],
+             ["--tables", "3"], ["--preset", "uniform", "--scale", "2"],
+             ["--dist", "uniform", "--alpha", "2"], ["--all-hit", "--cache-frac", "0.5"],
+             ["--procs", "1", "--dist", "uniform"], ["--procs", "1", "--mrc"],
+             ["--procs", "1", "--threads", "2"], ["--t1", "0.8", "--t2", "0.79999999999"],
+             ["--scale", "1e300"],
+             ["--preset", "uniform", "--tables", "4096", "--rows", "1099511627776", "--dim",
+              "65536"]]
+    quick = ["--batch", "16", "--batches", "1", "--warmup", "0"]  # a short run if accepted
+    for args in usage:
+        p = bench(args + quick)
+        check(p.returncode == 64, f"{' '.join(args)}: exit {p.returncode}, want 64 "
+              f"({p.stderr.splitlines()[:1]})")
+    p = bench(["-xh"])
+    check(p.returncode == 64 and "unknown option -x" in p.stderr,
+          f"-xh: exit {p.returncode}, {p.stderr.splitlines()[:1]}")
+    _, objs = run(binary, small[:-6] + ["--batch", "010", "--batches", "2", "--warmup", "1",
+                                        "--no-lru-check"], os.path.join(d, "decimal.jsonl"))
+    check(len(objs) == 1 and objs[0].get("batch") == 10,
+          f"--batch 010: batch {objs[0].get('batch') if objs else None}, want 10 (decimal)")
+    tiny = small[:-6] + ["--batch", "16", "--batches", "2", "--warmup", "1", "--no-lru-check"]
+    with open("/dev/full", "w") as full:
+        p = bench(tiny, stdout=full)
+    check(p.returncode == 74, f"stdout on /dev/full: exit {p.returncode}, want 74")
+    p = bench(tiny + ["--out", "/dev/full"])
+    check(p.returncode == 74, f"--out /dev/full: exit {p.returncode}, want 74")
+    for i in range(3):  # workers failing before the start barrier used to leave it shut
+        p = bench(["--procs", "8", "--preset", "uniform", "--tables", "1", "--rows", "1",
+                   "--batch", "4", "--batches", "5", "--warmup", "1"])
+        check(p.returncode == 2 and "--procs: worker" in p.stderr,
+              f"--procs 8 with failing workers, try {i}: exit {p.returncode}, want 2")
+    if subprocess.run([sys.executable, "-c", "import matplotlib"],
+                      capture_output=True).returncode == 0:
+        env = dict(os.environ, EMC_BENCH_PYTHON=sys.executable)
+        p = bench(tiny + ["--plot", "-plots"], cwd=d, env=env)
+        check(p.returncode == 0 and os.path.isdir(os.path.join(d, "-plots")),
+              f"--plot -plots: exit {p.returncode}: {p.stderr[-300:]}")
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
@@ -418,6 +475,7 @@ def main():
         sizing(binary, d, small)
         train(binary, d, small)
         auto_backend(binary, small)
+        command_line(binary, d, small)
     if len(sys.argv) == 3:
         bench_gpu(sys.argv[2])
 
