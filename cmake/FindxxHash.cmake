@@ -17,7 +17,12 @@ if(TARGET xxHash::xxhash)
     set(XXHASH_INCLUDE_DIR "${_emc_xxh_inc}")
   endif()
   include(FindPackageHandleStandardArgs)
-  find_package_handle_standard_args(xxHash CONFIG_MODE)
+  if(xxHash_CONFIG)
+    find_package_handle_standard_args(xxHash CONFIG_MODE)
+  else() # the target was there already: an earlier find_package(embcache) made it, or the
+         # project did (a vendored xxHash); CONFIG_MODE would fail without a config file
+    find_package_handle_standard_args(xxHash REQUIRED_VARS XXHASH_LIBRARY)
+  endif()
   return()
 endif()
 

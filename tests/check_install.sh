@@ -11,7 +11,9 @@
 #        pkgconf-shared cc consumer.c $(pkg-config --cflags --libs embcache)
 #        pkgconf-static cc consumer.c ... -Wl,-Bstatic -lembcache -Wl,-Bdynamic
 #                         $(pkg-config --static --libs embcache)
-#        subdir         add_subdirectory(SOURCE_DIR) + embcache::embcache
+#        subdir         add_subdirectory(SOURCE_DIR) + embcache::embcache: without a build
+#                       type, which embcache must not set for its parent, and whose
+#                       cmake --install installs none of embcache's files
 #      each must look its batch up with every row right and use jemalloc (the consumer links
 #      it through the package, so it is loaded at start-up); the static ones must not load
 #      libembcache.so, the shared ones must.
@@ -83,10 +85,17 @@ run_consumer pkgconf-static "$work/pkgconf-static" static
 
 log "subdir: add_subdirectory($src) + embcache::embcache"
 "$cmake_bin" -S "$src/tests/consumer" -B "$work/subdir" -DEMBCACHE_USE=subdir \
-  -DEMBCACHE_SOURCE_DIR="$src" -DEMC_WITH_CUDA="$with_cuda" -DCMAKE_BUILD_TYPE=Release \
+  -DEMBCACHE_SOURCE_DIR="$src" -DEMC_WITH_CUDA="$with_cuda" \
   >"$work/subdir.log" 2>&1 || { cat "$work/subdir.log"; exit 1; }
+grep -q "consumer: build type after add_subdirectory: ''" "$work/subdir.log" ||
+  { grep "consumer: build type" "$work/subdir.log"; log "subdir: embcache set its parent's build type"; exit 1; }
 "$cmake_bin" --build "$work/subdir" -j 2 >>"$work/subdir.log" 2>&1 || { cat "$work/subdir.log"; exit 1; }
 run_consumer subdir "$work/subdir/consumer" shared
+"$cmake_bin" --install "$work/subdir" --prefix "$work/subdir-prefix" >>"$work/subdir.log" 2>&1
+if [[ -n $(find "$work/subdir-prefix" -type f 2>/dev/null | head -1) ]]; then
+  find "$work/subdir-prefix" -type f | head -5
+  log "subdir: the parent's cmake --install installed embcache's files (EMC_INSTALL is off)"; exit 1
+fi
 
 log "python: ctypes.CDLL($prefix/lib/libembcache.so) under env -i"
 env -i PATH=/usr/bin:/bin "$python" -c '
