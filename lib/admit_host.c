@@ -250,10 +250,16 @@ static void admit_round(emc_cache *c, emc__admit_batch *fifo, unsigned char *row
   }
 }
 
+/* The thread allocates nothing itself: its row buffer comes from emc__admission_start, and it
+ * only frees what lookups allocated. With jemalloc as the process's malloc, a thread's first
+ * allocation binds it to an arena, and creating that arena when address space runs out
+ * (RLIMIT_AS) crashed inside jemalloc (a NULL arena's mutex) instead of failing: the whole
+ * process ended, from a thread of this library (emc-bench under ulimit -v, 27 caches'
+ * threads starting at once). A free() does no such binding. */
 static void *admission_main(void *arg) {
   emc_cache *c = arg;
   emc__host_cache *h = c->host;
-  unsigned char *row = NULL;
+  unsigned char *row = h->adm_row;
   for (;;) {
     emc__admit_batch *list, *fifo = NULL;
     int stop;
@@ -270,10 +276,8 @@ static void *admission_main(void *arg) {
       fifo = list;
       list = next;
     }
-    if (!row) row = emc__malloc(h->max_stride);
     if (fifo) admit_round(c, fifo, row);
   }
-  free(row);
   return NULL;
 }
 
@@ -321,6 +325,11 @@ emc_status emc__admission_start(emc_cache *c) {
     pthread_cond_destroy(&h->adm_cv);
     pthread_mutex_destroy(&h->adm_mu);
     what = "admission semaphore";
+  } else if (!(h->adm_row = emc__malloc(h->max_stride))) {
+    sem_destroy(&h->adm_sem);
+    pthread_cond_destroy(&h->adm_cv);
+    pthread_mutex_destroy(&h->adm_mu);
+    what = "admission row buffer";
   } else {
     h->adm_sync_ok = 1;
     h->adm_gen = __atomic_load_n(&fork_gen, __ATOMIC_RELAXED);
@@ -331,6 +340,10 @@ emc_status emc__admission_start(emc_cache *c) {
       err = pthread_create(&h->adm_thread, NULL, admission_main, c);
     if (err != 0)
       what = "cannot start the admission thread";
+  }
+  if (what) {
+    free(h->adm_row); /* (allocated when the thread alone failed) */
+    h->adm_row = NULL;
   }
   if (what && c->admission_auto) { /* AUTO: admit inside the lookups instead (documented) */
     c->cfg.admission = EMC_ADMISSION_INLINE;
@@ -358,6 +371,8 @@ void emc__admission_stop(emc__host_cache *h) {
     pthread_join(h->adm_thread, NULL);
     h->adm_bg = 0;
   }
+  free(h->adm_row); /* (a fork's child frees its copy: the parent's thread has its own) */
+  h->adm_row = NULL;
   list = __atomic_exchange_n(&h->adm_head, NULL, __ATOMIC_ACQUIRE);
   while (list) { /* queued clean rows: dropping them loses nothing */
     emc__admit_batch *next = list->next;

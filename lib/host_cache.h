@@ -114,6 +114,8 @@ struct emc__host_cache {
   int adm_bg;                 /* the thread runs (in the process of fork generation adm_gen) */
   unsigned adm_gen;
   pthread_t adm_thread;
+  unsigned char *adm_row;     /* max_stride bytes: the thread's row buffer, allocated by the
+                               * cache's creator (see emc__admission_start) */
   pthread_mutex_t adm_mu;     /* guards adm_stop and barriers' state */
   pthread_cond_t adm_cv;      /* broadcast when a barrier is reached (a drain waits on it) */
   sem_t adm_sem;              /* posted by a push onto an empty list, and by stop */
