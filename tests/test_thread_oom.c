@@ -111,14 +111,16 @@ START_TEST(address_space_runs_out_as_threads_start) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("thread_oom");
-  TCase *tc = tcase_create("rlimit_as");
+  Suite *s;
+  TCase *tc;
   SRunner *sr;
   int failed;
   if (EMCT_SANITIZED) {
     fprintf(stderr, "test_thread_oom: skipped under a sanitizer (its shadow memory)\n");
     return 77;
   }
+  s = suite_create("thread_oom");
+  tc = tcase_create("rlimit_as");
   tcase_add_loop_test(tc, address_space_runs_out_as_threads_start, 0, 7);
   tcase_set_timeout(tc, emct_timeout(60));
   suite_add_tcase(s, tc);
