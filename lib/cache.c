@@ -282,7 +282,7 @@ static emc_status host_shared_call(emc_cache *c, int call, const uint64_t *ids,
   st = call == CALL_INSERT  ? emc__host_insert(c, ids, offsets, rows)
        : call == CALL_APPLY ? emc__host_apply(c, ids, offsets, grads, opt)
                             : emc__host_prefetch(c, ids, offsets);
-  emc__host_shared_end(c, writes, pre);
+  emc__host_shared_end(c, writes, emc__may_have_written(st), pre);
   return st;
 }
 
@@ -304,10 +304,13 @@ static emc_status cuda_shared_write(emc_cache *c, int call, const uint64_t *ids,
     emc__seg_even_stripes(c->store);
     st = emc__cuda_shared_sync_held(c);
     if (st == EMC_OK) {
+      const uint64_t mark = emc__log_mark(c->store);
       emc__log_batch(c->store, hids, hoffs); /* announced before any row changes */
       st = call == CALL_APPLY
                ? emc__store_step_apply(c->store, hids, hoffs, (const float *)hbuf, opt, &rows)
                : emc__store_step_insert(c->store, hids, hoffs, hbuf);
+      if (!emc__may_have_written(st)) emc__log_withdraw(c->store, mark); /* refused: no row
+                                                                          * changed */
       emc__log_publish(c->store);
       st2 = emc__cuda_shared_sync_held(c); /* its own copies too */
       if (st == EMC_OK) st = st2;

@@ -170,6 +170,10 @@ EMC_INTERNAL void emc__log_ids(emc_store *s, uint32_t table, const uint64_t *ids
 EMC_INTERNAL void emc__log_batch(emc_store *s, const uint64_t *ids, const uint64_t *offsets);
 EMC_INTERNAL void emc__log_table(emc_store *s, uint32_t table);
 EMC_INTERNAL void emc__log_publish(emc_store *s);
+/* Before an announcement, its mark; a call refused before any row changed withdraws what it
+ * announced since (the lock held throughout), so that no cache drops rows for nothing. */
+EMC_INTERNAL uint64_t emc__log_mark(const emc_store *s);
+EMC_INTERNAL void emc__log_withdraw(emc_store *s, uint64_t mark);
 EMC_INTERNAL int emc__log_entry(const emc_store *s, uint64_t q, uint32_t *table, uint64_t *id);
 
 /* Row address of a dense row or of hashed row index `row`. */
@@ -304,12 +308,20 @@ EMC_INTERNAL emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, cons
 EMC_INTERNAL emc_status emc__host_flush(emc_cache *c);
 /* A host cache over a shared store (sync_host.c): apply the update log (see host_cache.h);
  * around a writing call, take the store's lock, announce the batch (announce: 1) and apply
- * the log (shared_begin), then publish and release (shared_end). No-ops for private stores. */
+ * the log (shared_begin), then publish and release (shared_end; `changed` 0 withdraws the
+ * announcement: the call was refused before any row changed). No-ops for private stores. */
 EMC_INTERNAL void emc__host_sync(emc_cache *c);
 EMC_INTERNAL emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids,
                                                const uint64_t *offsets, int announce,
                                                uint64_t *pre);
-EMC_INTERNAL void emc__host_shared_end(emc_cache *c, int announced, uint64_t pre);
+EMC_INTERNAL void emc__host_shared_end(emc_cache *c, int announced, int changed, uint64_t pre);
+/* Whether a writing call that returned st may have changed rows: emc__host_insert,
+ * emc__host_apply, emc__store_step_insert and emc__store_step_apply refuse (EMC_ERANGE for a
+ * hashed table without room, EMC_ECAPACITY, EMC_ENOMEM, EMC_EINVAL) before anything changes;
+ * only EMC_ECORRUPT (a shared segment's id map written over) stops them part way. */
+static inline int emc__may_have_written(emc_status st) {
+  return st == EMC_OK || st == EMC_ECORRUPT;
+}
 /* emc_apply_gradients' checks of a host-memory batch (cache.c; emc_group_apply_gradients). */
 EMC_INTERNAL emc_status emc__check_apply(const emc_cache *c, const uint64_t *ids,
                                          const uint64_t *offsets, const void *grads,

@@ -6,7 +6,8 @@
  *                 gradient steps and hashed ids, the store's own writes, a table refill and a
  *                 write longer than the log (the wrapped path); a row pinned by emc_prefetch
  *                 is refreshed in place (still a hit); rows are never dirty; a store with a
- *                 cache is not destroyed; a CUDA cache over a shared store is refused
+ *                 cache is not destroyed; a CUDA cache over a shared store is refused; a
+ *                 write refused before it changed a row drops no other cache's copies
  *   written over  another process's scribbles: a hashed count past its rows (inserts, steps,
  *                 writes and refills return EMC_ECORRUPT, no other row changes), a version left
  *                 odd (a writing call repairs it instead of waiting for ever; a lookup of the
@@ -291,6 +292,61 @@ END_TEST
  * the dense f32 table, config 1 SGD and MEAN over both tables (new hashed f16 ids every step),
  * config 2 Adagrad and MEAN over both. The GPU build passes every other step's ids and
  * gradients in device memory. */
+/* A write refused before it changed a row (a hashed table without room; more distinct rows
+ * than the cache holds) withdraws its announcement in the update log: another cache keeps
+ * its copies (it used to drop them, and count the drops as evictions). */
+START_TEST(refused_writes_drop_no_copies) {
+  static const emc_table_desc T[2] = {
+      {"d", EMC_TABLE_DENSE, 64, 4, EMC_DTYPE_F32, EMC_STATE_NONE},
+      {"h", EMC_TABLE_HASHED, 1, 4, EMC_DTYPE_F32, EMC_STATE_NONE}};
+  const char *name = fresh_name();
+  emc_store *s = NULL, *s2 = NULL, *s3 = NULL;
+  emc_cache *a, *b, *small;
+  emc_optimizer o;
+  uint64_t x = 3, ox[3] = {0, 1, 1}, ids[64], off[3] = {0, 1, 3}, big[3] = {0, 64, 64};
+  static float out[4], rows[64 * 4], g[64 * 4];
+  uint8_t where = 0xff;
+  int k;
+  EMCT_OK(emc_store_create_shared(name, T, 2, &s));
+  EMCT_OK(emc_store_attach(name, &s2));
+  EMCT_OK(emc_store_attach(name, &s3));
+  a = test_cache(s, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  b = cache_of(s2, EMC_BACKEND_HOST, 1u << 20, EMC_ADMISSION_INLINE, 64);
+  small = cache_of(s3, EMC_BACKEND_HOST, 256, EMC_ADMISSION_INLINE, 64);
+  EMCT_OK(emc_lookup(b, &x, ox, out, NULL)); /* b caches (0, 3) */
+  emc_optimizer_init(&o);
+  ids[0] = 3, ids[1] = 100, ids[2] = 200; /* two new hashed ids, room for one */
+  for (k = 0; k < 3; k++) {
+    emc_stats s0, s1;
+    emc_status st;
+    EMCT_OK(emc_get_stats(b, &s0));
+    if (k == 0) {
+      st = emc_insert(a, ids, off, rows, NULL);
+      ck_assert_msg(st == EMC_ERANGE, "insert: %s", emc_status_name(st));
+    } else if (k == 1) {
+      st = emc_apply_gradients(a, ids, off, g, &o, NULL);
+      ck_assert_msg(st == EMC_ERANGE, "apply: %s", emc_status_name(st));
+    } else { /* 64 distinct rows of 16 bytes in a 256-byte cache */
+      uint64_t r;
+      for (r = 0; r < 64; r++) ids[r] = r;
+      st = emc_apply_gradients(small, ids, big, g, &o, NULL);
+      ck_assert_msg(st == EMC_ECAPACITY, "apply over capacity: %s", emc_status_name(st));
+    }
+    EMCT_OK(emc_lookup_ex(b, &x, ox, out, &where, NULL));
+    EMCT_OK(emc_get_stats(b, &s1));
+    ck_assert_msg(where == EMC_WHERE_CACHE && s1.evictions == s0.evictions,
+                  "refused call %d: b's copy of (0, 3) dropped (where %u, evictions +%llu)", k,
+                  where, (unsigned long long)(s1.evictions - s0.evictions));
+  }
+  EMCT_OK(emc_cache_destroy(small));
+  EMCT_OK(emc_cache_destroy(b));
+  EMCT_OK(emc_cache_destroy(a));
+  emc_store_destroy(s3);
+  emc_store_destroy(s2);
+  emc_store_destroy(s);
+}
+END_TEST
+
 START_TEST(gradient_steps_reach_every_cache) {
   const char *name = fresh_name();
   emc_store *s = NULL, *s2 = NULL, *ref = NULL;
@@ -648,6 +704,7 @@ int main(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, caches_see_each_others_writes);
   tcase_add_loop_test(tc, gradient_steps_reach_every_cache, 0, 3);
+  tcase_add_test(tc, refused_writes_drop_no_copies);
   tcase_add_test(tc, scribbles_of_another_process);
   tcase_add_test(tc, processes_never_read_outdated_rows);
   suite_add_tcase(su, tc);

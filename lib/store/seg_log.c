@@ -12,6 +12,8 @@
  *   2. the rows change (store.c's versioned row writes);
  *   3. publish   emc__log_publish: log_seq = log_pending (release), before the lock is
  *                released and the call returns.
+ * A call refused before it changed any row withdraws its announcement instead
+ * (emc__log_mark before step 1, emc__log_withdraw after it): other caches keep their copies.
  * So a write completed before a reader loads log_seq (acquire) is published to it, with its
  * rows. A writer that dies between 1 and 3 has announced everything it may have changed:
  * whoever takes its lock next publishes log_pending (shared.c, seg_recover). Announcing more
@@ -105,6 +107,18 @@ void emc__log_table(emc_store *s, uint32_t table) {
   log_raise(s, table, q);
   EMC_FENCE_RELEASE();
   EMC_ST_RELAXED(&s->seg->log_pending, q);
+}
+
+uint64_t emc__log_mark(const emc_store *s) {
+  return s->seg ? EMC_LD_RELAXED(&s->seg->log_pending) : 0;
+}
+
+/* Only before any row of the announcement changed, the lock held since the mark: entries past
+ * log_seq are unpublished, so no reader has seen them; a writer that dies after this has
+ * announced nothing. The tables' last_seq stay raised: a reader the log wrapped past drops
+ * those tables once more (harmless, as announcing more than was written is). */
+void emc__log_withdraw(emc_store *s, uint64_t mark) {
+  if (s->seg) EMC_ST_RELAXED(&s->seg->log_pending, mark);
 }
 
 void emc__log_publish(emc_store *s) {
