@@ -767,8 +767,9 @@ EMC_API emc_status emc_dedup(emc_cache *c, const uint64_t *ids, const uint64_t *
  * sum of mean squared gradients) into out (n floats). A hashed id that is absent reads 0. With
  * a cache attached to a private store the store may be behind the cache: emc_flush first (a
  * shared store always holds its caches' writes).
- * Errors: EMC_EINVAL (NULL with n > 0, a table without state), EMC_ERANGE (table, dense id >=
- * rows). Blocking; out is untouched on failure. */
+ * Errors: EMC_EINVAL (NULL with n > 0, n ids whose byte size overflows, a table without
+ * state), EMC_ERANGE (table, dense id >= rows), EMC_ENOMEM. Blocking; out is untouched on
+ * failure. */
 EMC_API emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64_t *ids,
                                         size_t n, float *out);
 

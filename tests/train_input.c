@@ -217,6 +217,12 @@ START_TEST(state_reader_and_table_desc) {
   EMCT_ST(emc_store_read_state(m.store, 0, ids, 3, st), EMC_ERANGE);
   EMCT_ST(emc_store_read_state(m.store, 0, NULL, 3, st), EMC_EINVAL);
   EMCT_OK(emc_store_read_state(m.store, 0, NULL, 0, NULL));
+  /* n ids whose byte size overflows: refused, as emc_store_read refuses them (it read ids and
+   * wrote out past their ends until it faulted), on both kinds of table */
+  st[0] = 7;
+  EMCT_ST(emc_store_read_state(m.store, 0, ids, SIZE_MAX / sizeof(uint64_t) + 1, st), EMC_EINVAL);
+  EMCT_ST(emc_store_read_state(m.store, 1, ids, SIZE_MAX / sizeof(uint64_t) + 1, st), EMC_EINVAL);
+  ck_assert(st[0] == 7.0f);
   ids[0] = 12345; /* a hashed id never written reads 0 */
   st[0] = 9;
   EMCT_OK(emc_store_read_state(m.store, 1, ids, 1, st));
