@@ -309,9 +309,10 @@ static emc_status cuda_shared_write(emc_cache *c, int call, const uint64_t *ids,
       st = call == CALL_APPLY
                ? emc__store_step_apply(c->store, hids, hoffs, (const float *)hbuf, opt, &rows)
                : emc__store_step_insert(c->store, hids, hoffs, hbuf);
-      if (!emc__may_have_written(st)) emc__log_withdraw(c->store, mark); /* refused: no row
-                                                                          * changed */
-      emc__log_publish(c->store);
+      if (!emc__may_have_written(st)) /* refused before any row changed: nothing to publish */
+        emc__log_withdraw(c->store, mark);
+      else
+        emc__log_publish(c->store);
       st2 = emc__cuda_shared_sync_held(c); /* its own copies too */
       if (st == EMC_OK) st = st2;
       if (st == EMC_OK)

@@ -293,8 +293,9 @@ END_TEST
  * config 2 Adagrad and MEAN over both. The GPU build passes every other step's ids and
  * gradients in device memory. */
 /* A write refused before it changed a row (a hashed table without room; more distinct rows
- * than the cache holds) withdraws its announcement in the update log: another cache keeps
- * its copies (it used to drop them, and count the drops as evictions). */
+ * than the cache holds) withdraws its announcement in the update log: another cache that has
+ * read the log keeps its copies (it used to drop them, and count the drops as evictions). A
+ * cache further behind than the log's ring still drops whole tables (seg_log.c). */
 START_TEST(refused_writes_drop_no_copies) {
   static const emc_table_desc T[2] = {
       {"d", EMC_TABLE_DENSE, 64, 4, EMC_DTYPE_F32, EMC_STATE_NONE},

@@ -13,7 +13,10 @@
  *   3. publish   emc__log_publish: log_seq = log_pending (release), before the lock is
  *                released and the call returns.
  * A call refused before it changed any row withdraws its announcement instead
- * (emc__log_mark before step 1, emc__log_withdraw after it): other caches keep their copies.
+ * (emc__log_mark before step 1, emc__log_withdraw after it): a cache that had read the log up
+ * to log_seq keeps its copies. The ring slots the announcement wrote stay written and the
+ * tables' last_seq raised, so a cache further behind than the ring then takes the wrapped
+ * path for those tables (it drops them, as for any wrap: conservative, never stale).
  * So a write completed before a reader loads log_seq (acquire) is published to it, with its
  * rows. A writer that dies between 1 and 3 has announced everything it may have changed:
  * whoever takes its lock next publishes log_pending (shared.c, seg_recover). Announcing more
@@ -115,8 +118,8 @@ uint64_t emc__log_mark(const emc_store *s) {
 
 /* Only before any row of the announcement changed, the lock held since the mark: entries past
  * log_seq are unpublished, so no reader has seen them; a writer that dies after this has
- * announced nothing. The tables' last_seq stay raised: a reader the log wrapped past drops
- * those tables once more (harmless, as announcing more than was written is). */
+ * announced nothing. The slots it wrote and the tables' raised last_seq stay: a reader the
+ * log wraps past drops those tables (harmless, as announcing more than was written is). */
 void emc__log_withdraw(emc_store *s, uint64_t mark) {
   if (s->seg) EMC_ST_RELAXED(&s->seg->log_pending, mark);
 }
