@@ -280,14 +280,14 @@ static int shape_ok(const uint64_t *rows, uint32_t n, uint32_t dim, emc_dtype dt
 }
 
 /* The run's exit status once stdout and the --out file (closed here) are known to hold every
- * line: EXIT_IO when a write failed (fputs' and fflush's errors stick to the stream), since a
- * run whose results were lost must not say 0. */
+ * line: EXIT_IO when a write failed (fputs' and fflush's errors stick to the stream) and the
+ * run had nothing worse to say, since a run whose results were lost must not say 0. */
 static int results_written(FILE *out_file, const char *out_name, int rc) {
   int bad_out = 0, bad_stdout = fflush(stdout) != 0 || ferror(stdout);
   if (out_file) bad_out = ferror(out_file) | (fclose(out_file) != 0);
   if (bad_stdout) fprintf(stderr, "emc-bench: writing the results to stdout failed\n");
   if (bad_out) fprintf(stderr, "emc-bench: writing the results to %s failed\n", out_name);
-  return bad_stdout || bad_out ? EXIT_IO : rc;
+  return (bad_stdout || bad_out) && rc == 0 ? EXIT_IO : rc;
 }
 
 int main(int argc, char **argv) {
@@ -497,12 +497,17 @@ int main(int argc, char **argv) {
   }
 
   if (b.plot_file) {
-    fclose(b.plot_file);
+    int bad = ferror(b.plot_file) | (fclose(b.plot_file) != 0);
     b.plot_file = NULL;
-    int pst = sizing_plot(o.plot_dir, plot_jsonl);
-    if (pst != 0) {
-      fprintf(stderr, "emc-bench: --plot failed (status %d)\n", pst);
-      if (rc == 0) rc = EXIT_PLOT;
+    if (bad) { /* the results were not written; no plot from a cut file */
+      fprintf(stderr, "emc-bench: writing %s failed\n", plot_jsonl);
+      if (rc == 0) rc = EXIT_IO;
+    } else {
+      int pst = sizing_plot(o.plot_dir, plot_jsonl);
+      if (pst != 0) {
+        fprintf(stderr, "emc-bench: --plot failed (status %d)\n", pst);
+        if (rc == 0) rc = EXIT_PLOT;
+      }
     }
   }
 

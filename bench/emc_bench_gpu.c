@@ -29,7 +29,8 @@
  *                  --prewarm-batches after the sample ("prewarm" in the JSON line).
  * A human table goes to stderr, one JSON line to stdout (and appended to --out FILE).
  * Exit status: 0 ok; 1 wrong rows or the all-hit run missed; 2 an emc_* or CUDA call failed
- * (or out of memory); 64 bad command line; 77 no CUDA device answers.
+ * (or out of memory); 64 bad command line; 74 the result line could not be written (stdout,
+ * --out); 77 no CUDA device answers.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpu_bench.h"
@@ -54,7 +55,8 @@ static void usage(FILE *f) {
              "                 --prewarm-batches K after them (default 16); needs the Criteo part\n"
              "  --out FILE     append the JSON line to FILE too\n"
              "  -h, --help     this text\n"
-             "Exit: 0 ok, 1 wrong rows, 2 embcache or CUDA error, 64 bad usage, 77 no CUDA\n"
+             "Exit: 0 ok, 1 wrong rows, 2 embcache or CUDA error, 64 bad usage, 74 the result\n"
+             "line could not be written, 77 no CUDA\n"
              "device (skipped; the reason on stderr, e.g. no NVIDIA driver found).\n");
 }
 
@@ -136,6 +138,7 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   FILE *out_file = NULL;
+  int write_failed = 0; /* the result line did not reach stdout or --out */
   if (out_path && !(out_file = fopen(out_path, "a"))) {
     fprintf(stderr, "emc-bench-gpu: cannot open %s: %s\n", out_path, strerror(errno));
     return EXIT_USAGE;
@@ -161,8 +164,10 @@ int main(int argc, char **argv) {
     to.scale = scale;
     to.graph_reps = b.reps;
     int trc = emcb_train_gpu_main(&to, out_file);
-    if (out_file) fclose(out_file);
-    return trc;
+    int lost = fflush(stdout) != 0 || ferror(stdout);
+    if (out_file) lost |= ferror(out_file) | (fclose(out_file) != 0);
+    if (lost) fprintf(stderr, "emc-bench-gpu: --train: writing the result line failed\n");
+    return lost && trc == 0 ? EXIT_IO : trc;
   }
 
   results R;
@@ -225,10 +230,16 @@ int main(int argc, char **argv) {
   jl_bool(&j, "rows_ok", !b.wrong);
   if (jl_end(&j) != 0) fputs("emc-bench-gpu: result line truncated\n", stderr);
   fputs(j.buf, stdout);
-  fflush(stdout);
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "emc-bench-gpu: writing the result line to stdout failed\n");
+    write_failed = 1;
+  }
   if (out_file) {
     fputs(j.buf, out_file);
-    fclose(out_file);
+    if (ferror(out_file) | (fclose(out_file) != 0)) {
+      fprintf(stderr, "emc-bench-gpu: writing the result line to %s failed\n", out_path);
+      write_failed = 1;
+    }
   }
 
   /* ---- report: the human table */
@@ -268,5 +279,5 @@ int main(int argc, char **argv) {
   CU(cudaEventDestroy(b.e0));
   CU(cudaEventDestroy(b.e1));
   CU(cudaStreamDestroy(b.st));
-  return b.wrong ? EXIT_WRONG : 0;
+  return b.wrong ? EXIT_WRONG : write_failed ? EXIT_IO : 0;
 }

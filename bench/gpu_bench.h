@@ -29,6 +29,7 @@
 #define EXIT_WRONG 1
 #define EXIT_FAIL 2
 #define EXIT_USAGE 64
+#define EXIT_IO 74 /* the result line could not be written (stdout, --out) */
 #define EXIT_NODEV 77
 
 #define DIM 64u                   /* f32 elements per row: 256-byte rows everywhere */

@@ -92,8 +92,11 @@ void emcb_usage(FILE *f) {
       "3 --plot failed, 64 bad usage, 74 the results could not be written (stdout, --out).\n");
 }
 
+/* A decimal real: it starts with a digit or '.' (no blank, sign, "inf" or "nan"), and has no
+ * hexadecimal form ("0x1p-2"), which strtod alone would take. */
 static int parse_double(const char *s, double *out) {
   char *end = NULL;
+  if (!((*s >= '0' && *s <= '9') || *s == '.') || strpbrk(s, "xX")) return -1;
   errno = 0;
   double v = strtod(s, &end);
   if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) return -1;
@@ -326,8 +329,8 @@ int emcb_parse_args(int argc, char **argv, bench_opts *o) {
         if (parse_u64(a, &u) != 0 || u > 14) goto bad;
         o->prefetch_depth = (uint32_t)u;
         break;
-      case OPT_SWEEP_BATCH:
-        if (parse_list(a, o->batch_sizes, &o->n_batch_sizes) != 0) goto bad;
+      case OPT_SWEEP_BATCH: /* integers, written as --batch takes them ("1e3" is not one) */
+        if (parse_list(a, o->batch_sizes, &o->n_batch_sizes) != 0 || strpbrk(a, ".eE")) goto bad;
         for (size_t i = 0; i < o->n_batch_sizes; i++)
           if (!(o->batch_sizes[i] >= 1 && o->batch_sizes[i] <= (1u << 24)) ||
               o->batch_sizes[i] != floor(o->batch_sizes[i]))

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +77,13 @@ typedef struct shared_ctl {
   double go_s;
   worker_out w[MAX_PROCS];
 } shared_ctl;
+
+/* A cache of frac of bytes, clamped as the main run's (emc_bench.c): a --cache-frac of 1e300
+ * would overflow the conversion. */
+static uint64_t emcb_procs_capacity(uint64_t bytes, double frac) {
+  double v = (double)bytes * frac;
+  return v > (double)SIZE_MAX / 2 ? (uint64_t)(SIZE_MAX / 2) : (uint64_t)v;
+}
 
 static double mono_s(void) {
   struct timespec ts;
@@ -170,7 +178,7 @@ static void worker(const emcb_procs_cfg *c, shared_ctl *ctl, unsigned k, const c
   off[c->n_tables] = n_ids;
   emc_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
-  cfg.capacity_bytes = (size_t)((double)total_bytes * c->cache_frac);
+  cfg.capacity_bytes = (size_t)emcb_procs_capacity(total_bytes, c->cache_frac);
   cfg.evict_high = (float)c->t1;
   cfg.evict_low = (float)c->t2;
   cfg.key_bits = c->key_bits;
@@ -246,12 +254,15 @@ static void wait_workers(const uint32_t *counter, unsigned want, pid_t *kids, in
   for (k = 0; k < want; k++) dead += kids[k] == 0;
   while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) + dead < want) {
     struct timespec ts = {0, 200000};
-    for (k = 0; k < want; k++)
-      if (kids[k] > 0 && waitpid(kids[k], &stt[k], WNOHANG) == kids[k]) {
+    for (k = 0; k < want; k++) {
+      pid_t w = kids[k] > 0 ? waitpid(kids[k], &stt[k], WNOHANG) : 0;
+      if (w == kids[k] || (w < 0 && errno == ECHILD)) { /* ended (ECHILD: reaped for us) */
+        if (w < 0) stt[k] = 0x7f; /* (not "exited 0": a status that reads as a signal) */
         kids[k] = 0;
         dead++;
         r->failed = 1;
       }
+    }
     nanosleep(&ts, NULL);
   }
 }
@@ -263,10 +274,16 @@ static int run_mode(const emcb_procs_cfg *c, shared_ctl *ctl, const char *name, 
   double end = 0;
   memset(ctl, 0, sizeof *ctl);
   memset(r, 0, sizeof *r);
+  const pid_t parent = getpid();
   for (k = 0; k < c->procs; k++) {
     fflush(NULL);
     kids[k] = fork();
-    if (kids[k] == 0) worker(c, ctl, k, name);
+    if (kids[k] == 0) {
+      /* a worker whose parent died would wait at the barrier for good */
+      (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(2); /* it died before the request */
+      worker(c, ctl, k, name);
+    }
     if (kids[k] < 0) {
       fprintf(stderr, "emc-bench: --procs: fork: %s\n", strerror(errno));
       for (; k-- > 0;) kill(kids[k], SIGKILL);
@@ -279,7 +296,10 @@ static int run_mode(const emcb_procs_cfg *c, shared_ctl *ctl, const char *name, 
   wait_workers(&ctl->reported, c->procs, kids, stt, r);
   __atomic_store_n(&ctl->exit_ok, 1u, __ATOMIC_RELEASE);
   for (k = 0; k < c->procs; k++) {
-    if (kids[k] > 0 && waitpid(kids[k], &stt[k], 0) == kids[k]) kids[k] = 0;
+    if (kids[k] > 0) {
+      if (waitpid(kids[k], &stt[k], 0) != kids[k]) stt[k] = 0x7f; /* not seen to exit 0 */
+      kids[k] = 0;
+    }
     if (!WIFEXITED(stt[k]) || WEXITSTATUS(stt[k]) != 0) {
       if (WIFSIGNALED(stt[k]))
         fprintf(stderr, "emc-bench: --procs: worker %u ended by signal %d\n", k, WTERMSIG(stt[k]));
@@ -366,8 +386,10 @@ int emcb_procs_run(const emcb_procs_cfg *c, FILE *out, FILE *out2) {
     fprintf(stderr, "emc-bench: --procs %u: 1..%u\n", c->procs, MAX_PROCS);
     return 2;
   }
+  /* workers' exits are waited for: a SIGCHLD ignored by whoever started us would reap them */
+  signal(SIGCHLD, SIG_DFL);
   for (t = 0; t < c->n_tables; t++) store_bytes += c->rows[t] * emcb_slot_stride(row_bytes);
-  cache_bytes = (uint64_t)((double)store_bytes * c->cache_frac);
+  cache_bytes = emcb_procs_capacity(store_bytes, c->cache_frac);
   ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (ctl == MAP_FAILED) {
     fprintf(stderr, "emc-bench: --procs: mmap: %s\n", strerror(errno));
