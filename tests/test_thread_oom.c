@@ -51,7 +51,15 @@ static int child(unsigned long long margin) {
   static float out[IDS * 16];
   struct rlimit rl;
   int n = 0, bad = 0, i, k;
-  rl.rlim_cur = rl.rlim_max = (rlim_t)(vm_bytes() + margin);
+  alarm(60); /* a child that hangs (a drain waiting for good) ends by SIGALRM: a failure */
+  /* the soft limit only (the hard one may be below what we would ask, and lowering it needs
+   * no privilege but raising does) */
+  if (getrlimit(RLIMIT_AS, &rl) != 0) return 1;
+  {
+    rlim_t want = (rlim_t)(vm_bytes() + margin);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) want = rl.rlim_max;
+    rl.rlim_cur = want;
+  }
   if (setrlimit(RLIMIT_AS, &rl) != 0) return 1;
   for (n = 0; n < MAX_CACHES; n++) { /* a store each: a store serves one cache */
     emc_cache_config cfg;
