@@ -352,11 +352,11 @@ int main(int argc, char **argv) {
   b.o = &o;
   b.rows = xmalloc(EMC_MAX_TABLES * sizeof *b.rows);
   b.n_tables = emct_preset_rows(o.preset, o.scale, o.tables, o.rows, b.rows, EMC_MAX_TABLES);
-  if (b.n_tables == 0) {
-    fprintf(stderr, "emc-bench: bad preset arguments\n");
+  if (b.n_tables == 0 || !shape_ok(b.rows, b.n_tables, o.dim, o.dtype)) {
+    if (b.n_tables == 0) fprintf(stderr, "emc-bench: bad preset arguments\n");
+    free(b.rows);
     return EXIT_USAGE;
   }
-  if (!shape_ok(b.rows, b.n_tables, o.dim, o.dtype)) return EXIT_USAGE;
   for (uint32_t t = 0; t < b.n_tables; t++) b.total_rows += b.rows[t];
   b.row_bytes = (uint64_t)o.dim * emc_dtype_size(o.dtype);
   b.stride = emcb_slot_stride(b.row_bytes);
