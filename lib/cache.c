@@ -276,13 +276,13 @@ static emc_status host_shared_call(emc_cache *c, int call, const uint64_t *ids,
                                    const uint64_t *offsets, const void *rows, const void *grads,
                                    const emc_optimizer *opt) {
   int writes = call != CALL_PREFETCH;
-  uint64_t pre = 0;
+  uint64_t pre = 0, mark = 0;
   emc_status st;
-  EMC_TRY(emc__host_shared_begin(c, ids, offsets, writes, &pre));
+  EMC_TRY(emc__host_shared_begin(c, ids, offsets, writes, &pre, &mark));
   st = call == CALL_INSERT  ? emc__host_insert(c, ids, offsets, rows)
        : call == CALL_APPLY ? emc__host_apply(c, ids, offsets, grads, opt)
                             : emc__host_prefetch(c, ids, offsets);
-  emc__host_shared_end(c, writes, emc__may_have_written(st), pre);
+  emc__host_shared_end(c, writes, emc__may_have_written(st), pre, mark);
   return st;
 }
 

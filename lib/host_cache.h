@@ -126,8 +126,6 @@ struct emc__host_cache {
   /* a shared store (sync_host.c): rows are written through, never dirty */
   int shared;                 /* the store is shared */
   uint64_t log_seen;          /* the store's update log is applied up to here (atomic) */
-  uint64_t log_mark;          /* the log's pending mark before a writing call's announcement
-                               * (the store's lock held; emc__host_shared_end withdraws it) */
   unsigned char *sync_row;    /* max_stride bytes: a pinned row refreshed (writer) */
 };
 

@@ -308,13 +308,15 @@ EMC_INTERNAL emc_status emc__host_insert(emc_cache *c, const uint64_t *ids, cons
 EMC_INTERNAL emc_status emc__host_flush(emc_cache *c);
 /* A host cache over a shared store (sync_host.c): apply the update log (see host_cache.h);
  * around a writing call, take the store's lock, announce the batch (announce: 1) and apply
- * the log (shared_begin), then publish and release (shared_end; `changed` 0 withdraws the
- * announcement: the call was refused before any row changed). No-ops for private stores. */
+ * the log (shared_begin; *mark: the log before the announcement), then publish and release
+ * (shared_end; `changed` 0 withdraws the announcement back to mark: the call was refused
+ * before any row changed). No-ops for private stores. */
 EMC_INTERNAL void emc__host_sync(emc_cache *c);
 EMC_INTERNAL emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids,
                                                const uint64_t *offsets, int announce,
-                                               uint64_t *pre);
-EMC_INTERNAL void emc__host_shared_end(emc_cache *c, int announced, int changed, uint64_t pre);
+                                               uint64_t *pre, uint64_t *mark);
+EMC_INTERNAL void emc__host_shared_end(emc_cache *c, int announced, int changed, uint64_t pre,
+                                       uint64_t mark);
 /* Whether a writing call that returned st may have changed rows: emc__host_insert,
  * emc__host_apply, emc__store_step_insert and emc__store_step_apply refuse (EMC_ERANGE for a
  * hashed table without room, EMC_ECAPACITY, EMC_ENOMEM, EMC_EINVAL) before anything changes;

@@ -131,9 +131,8 @@ void emc__host_own_writes(emc_cache *c, uint64_t pre, uint64_t post) {
 }
 
 emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                                  int announce, uint64_t *pre) {
-  emc__host_cache *h = c->host;
-  if (!h->shared) return EMC_OK;
+                                  int announce, uint64_t *pre, uint64_t *mark) {
+  if (!c->host->shared) return EMC_OK;
   EMC_TRY(emc__store_lock(c->store)); /* the store's lock before the cache's, always */
   /* this call reads rows while it holds the lock: a version another process left odd would
    * stop it (its reader-side repair needs the lock) */
@@ -142,14 +141,15 @@ emc_status emc__host_shared_begin(emc_cache *c, const uint64_t *ids, const uint6
   emc__host_sync(c); /* first: a long batch of its own may overwrite entries it needs */
   /* announced before any row changes: a writer that dies holding the lock has announced
    * what it may have written (seg_log.c) */
-  h->log_mark = emc__log_mark(c->store);
+  *mark = emc__log_mark(c->store);
   if (announce) emc__log_batch(c->store, ids, offsets);
   return EMC_OK;
 }
 
-void emc__host_shared_end(emc_cache *c, int announced, int changed, uint64_t pre) {
+void emc__host_shared_end(emc_cache *c, int announced, int changed, uint64_t pre,
+                          uint64_t mark) {
   if (!c->host->shared) return;
-  if (announced && !changed) emc__log_withdraw(c->store, c->host->log_mark);
+  if (announced && !changed) emc__log_withdraw(c->store, mark);
   else if (announced) {
     emc__log_publish(c->store);
     emc__host_own_writes(c, pre, emc__log_seq(c->store));

@@ -629,8 +629,7 @@ emc_status emc_store_read_state(const emc_store *s, uint32_t table, const uint64
     return EMC_FAIL(EMC_EINVAL, "table %u ('%s') keeps no optimizer state", table, t->name);
   if (n == 0) return EMC_OK;
   if (!ids || !out) return EMC_FAIL(EMC_EINVAL, "ids or out is NULL with n = %zu", n);
-  if (n > SIZE_MAX / sizeof(uint64_t)) /* (out's n floats are fewer bytes than the ids) */
-    return EMC_FAIL(EMC_EINVAL, "n = %zu ids: more than an address space holds", n);
+  EMC_TRY(check_buffers(t, n)); /* as emc_store_read (out's n floats are fewer bytes) */
   if (t->kind == EMC_TABLE_DENSE)
     for (i = 0; i < n; i++)
       if (ids[i] >= t->rows)
