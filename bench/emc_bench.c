@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 
 #include "bench_ctx.h"
+#include "jline.h"
 #include "procs.h"
 #include "slot.h"
 
@@ -81,8 +82,7 @@ static int run_config(bench_ctx *b, double alpha, double frac) {
     cap_d = (double)distinct_rows * (double)b->stride / (double)(float)o->t1 * 1.01 +
             (double)b->n_tables * (double)b->stride;
   }
-  if (cap_d > (double)SIZE_MAX / 2) cap_d = (double)SIZE_MAX / 2;
-  size_t capacity = (size_t)cap_d;
+  size_t capacity = emcb_budget_bytes(cap_d);
   /* the library wants room for one row below t2 */
   const size_t min_cap = (size_t)ceil((double)b->stride / (double)(float)o->t2) + 1;
   if (capacity < min_cap) capacity = min_cap;
@@ -280,14 +280,9 @@ static int shape_ok(const uint64_t *rows, uint32_t n, uint32_t dim, emc_dtype dt
 }
 
 /* The run's exit status once stdout and the --out file (closed here) are known to hold every
- * line: EXIT_IO when a write failed (fputs' and fflush's errors stick to the stream) and the
- * run had nothing worse to say, since a run whose results were lost must not say 0. */
+ * line: EXIT_IO when they lost lines and the run had nothing worse to say. */
 static int results_written(FILE *out_file, const char *out_name, int rc) {
-  int bad_out = 0, bad_stdout = fflush(stdout) != 0 || ferror(stdout);
-  if (out_file) bad_out = ferror(out_file) | (fclose(out_file) != 0);
-  if (bad_stdout) fprintf(stderr, "emc-bench: writing the results to stdout failed\n");
-  if (bad_out) fprintf(stderr, "emc-bench: writing the results to %s failed\n", out_name);
-  return (bad_stdout || bad_out) && rc == 0 ? EXIT_IO : rc;
+  return jl_results_lost(out_file, out_name, "emc-bench") && rc == 0 ? EXIT_IO : rc;
 }
 
 int main(int argc, char **argv) {

@@ -138,7 +138,6 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   FILE *out_file = NULL;
-  int write_failed = 0; /* the result line did not reach stdout or --out */
   if (out_path && !(out_file = fopen(out_path, "a"))) {
     fprintf(stderr, "emc-bench-gpu: cannot open %s: %s\n", out_path, strerror(errno));
     return EXIT_USAGE;
@@ -164,10 +163,7 @@ int main(int argc, char **argv) {
     to.scale = scale;
     to.graph_reps = b.reps;
     int trc = emcb_train_gpu_main(&to, out_file);
-    int lost = fflush(stdout) != 0 || ferror(stdout);
-    if (out_file) lost |= ferror(out_file) | (fclose(out_file) != 0);
-    if (lost) fprintf(stderr, "emc-bench-gpu: --train: writing the result line failed\n");
-    return lost && trc == 0 ? EXIT_IO : trc;
+    return jl_results_lost(out_file, out_path, "emc-bench-gpu") && trc == 0 ? EXIT_IO : trc;
   }
 
   results R;
@@ -230,17 +226,8 @@ int main(int argc, char **argv) {
   jl_bool(&j, "rows_ok", !b.wrong);
   if (jl_end(&j) != 0) fputs("emc-bench-gpu: result line truncated\n", stderr);
   fputs(j.buf, stdout);
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    fprintf(stderr, "emc-bench-gpu: writing the result line to stdout failed\n");
-    write_failed = 1;
-  }
-  if (out_file) {
-    fputs(j.buf, out_file);
-    if (ferror(out_file) | (fclose(out_file) != 0)) {
-      fprintf(stderr, "emc-bench-gpu: writing the result line to %s failed\n", out_path);
-      write_failed = 1;
-    }
-  }
+  if (out_file) fputs(j.buf, out_file);
+  const int write_failed = jl_results_lost(out_file, out_path, "emc-bench-gpu");
 
   /* ---- report: the human table */
   fprintf(stderr, "\n%-34s %14s   %s\n", "figure", "value", "reference");

@@ -74,3 +74,11 @@ int jl_end(jline *j) {
   }
   return j->truncated ? -1 : 0;
 }
+
+int jl_results_lost(FILE *out_file, const char *out_name, const char *who) {
+  int bad_out = 0, bad_stdout = fflush(stdout) != 0 || ferror(stdout);
+  if (out_file) bad_out = ferror(out_file) | (fclose(out_file) != 0);
+  if (bad_stdout) fprintf(stderr, "%s: writing the results to stdout failed\n", who);
+  if (bad_out) fprintf(stderr, "%s: writing the results to %s failed\n", who, out_name);
+  return bad_stdout || bad_out;
+}

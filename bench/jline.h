@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct jline {
   char buf[8192];
@@ -33,5 +34,10 @@ void jl_num(jline *j, const char *key, double v);
 void jl_bool(jline *j, const char *key, int v);
 /* Closes the object and the line; 0, or -1 if the line was truncated. */
 int jl_end(jline *j);
+
+/* Once a bench has written its lines: flushes stdout and closes out_file (the --out file named
+ * out_name; NULL for none), saying on stderr, as `who`, which of them lost lines (their write
+ * errors stick to the stream). 1 when one did: the run must not exit 0 (the benches' 74). */
+int jl_results_lost(FILE *out_file, const char *out_name, const char *who);
 
 #endif

@@ -78,13 +78,6 @@ typedef struct shared_ctl {
   worker_out w[MAX_PROCS];
 } shared_ctl;
 
-/* A cache of frac of bytes, clamped as the main run's (emc_bench.c): a --cache-frac of 1e300
- * would overflow the conversion. */
-static uint64_t emcb_procs_capacity(uint64_t bytes, double frac) {
-  double v = (double)bytes * frac;
-  return v > (double)SIZE_MAX / 2 ? (uint64_t)(SIZE_MAX / 2) : (uint64_t)v;
-}
-
 static double mono_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -178,7 +171,7 @@ static void worker(const emcb_procs_cfg *c, shared_ctl *ctl, unsigned k, const c
   off[c->n_tables] = n_ids;
   emc_cache_config_init(&cfg);
   cfg.backend = EMC_BACKEND_HOST;
-  cfg.capacity_bytes = (size_t)emcb_procs_capacity(total_bytes, c->cache_frac);
+  cfg.capacity_bytes = emcb_budget_bytes((double)total_bytes * c->cache_frac);
   cfg.evict_high = (float)c->t1;
   cfg.evict_low = (float)c->t2;
   cfg.key_bits = c->key_bits;
@@ -389,7 +382,7 @@ int emcb_procs_run(const emcb_procs_cfg *c, FILE *out, FILE *out2) {
   /* workers' exits are waited for: a SIGCHLD ignored by whoever started us would reap them */
   signal(SIGCHLD, SIG_DFL);
   for (t = 0; t < c->n_tables; t++) store_bytes += c->rows[t] * emcb_slot_stride(row_bytes);
-  cache_bytes = emcb_procs_capacity(store_bytes, c->cache_frac);
+  cache_bytes = emcb_budget_bytes((double)store_bytes * c->cache_frac);
   ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (ctl == MAP_FAILED) {
     fprintf(stderr, "emc-bench: --procs: mmap: %s\n", strerror(errno));

@@ -11,6 +11,7 @@
 #ifndef EMC_BENCH_SLOT_H
 #define EMC_BENCH_SLOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Slot bytes of a row of row_bytes packed bytes: rounded up to 4, to 8, and to a multiple of
@@ -19,6 +20,13 @@ static inline uint64_t emcb_slot_stride(uint64_t row_bytes) {
   if (row_bytes <= 4) return 4;
   if (row_bytes <= 8) return 8;
   return (row_bytes + 15u) & ~(uint64_t)15u;
+}
+
+/* A budget of `bytes` (a product of a byte count and a fraction, in double) as a capacity_bytes:
+ * clamped to SIZE_MAX / 2, so that a huge fraction (--cache-frac 1e300) cannot overflow the
+ * conversion; the library then refuses the budget with its own status. */
+static inline size_t emcb_budget_bytes(double bytes) {
+  return bytes > (double)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)bytes;
 }
 
 #endif /* EMC_BENCH_SLOT_H */
