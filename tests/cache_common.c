@@ -33,18 +33,6 @@ size_t max_batch_bytes(const emct_world *w, uint64_t per_table) {
   return b;
 }
 
-emc_stats get_stats(const emc_cache *c) {
-  emc_stats s;
-  EMCT_OK(emc_get_stats(c, &s));
-  return s;
-}
-
-emc__cache_debug get_debug(const emc_cache *c) {
-  emc__cache_debug d;
-  EMCT_OK(emc__cache_get_debug(c, &d));
-  return d;
-}
-
 void lookup_checked(emc_cache *c, emct_world *w, const uint64_t *ids, const uint64_t *ranks,
                     const uint64_t *offsets, unsigned char *out, uint8_t *where, int no_inserts,
                     const char *what) {

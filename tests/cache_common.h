@@ -19,8 +19,6 @@ emc_cache *make_cache(emct_world *w, size_t capacity, float t1, float t2, uint32
 uint64_t world_stride_bytes(const emct_world *w);
 /* Bytes of a batch of per_table ids in every table. */
 size_t max_batch_bytes(const emct_world *w, uint64_t per_table);
-emc_stats get_stats(const emc_cache *c);
-emc__cache_debug get_debug(const emc_cache *c);
 /* One lookup through emc_lookup_ex: rows against the reference, where[] against presence and
  * against the stats deltas, then every cache invariant. */
 void lookup_checked(emc_cache *c, emct_world *w, const uint64_t *ids, const uint64_t *ranks,

@@ -440,3 +440,15 @@ int64_t emct_gen_decode(uint32_t t, uint64_t rank, uint32_t dim, emc_dtype dt, c
   emct_gen_row(t, rank, g, dim, dt, scratch);
   return memcmp(scratch, row, rb) == 0 ? (int64_t)g : -1;
 }
+
+emc_stats get_stats(const emc_cache *c) {
+  emc_stats s;
+  EMCT_OK(emc_get_stats(c, &s));
+  return s;
+}
+
+emc__cache_debug get_debug(const emc_cache *c) {
+  emc__cache_debug d;
+  EMCT_OK(emc__cache_get_debug(c, &d));
+  return d;
+}

@@ -120,6 +120,10 @@ static inline double emct_timeout(double normal_s) { return EMCT_SANITIZED ? nor
                     emc_status_name(emct_st_));                                           \
   } while (0)
 
+/* A cache's stats and internal debug counters, each call asserted EMC_OK. */
+emc_stats get_stats(const emc_cache *c);
+emc__cache_debug get_debug(const emc_cache *c);
+
 /* Index of the first byte where a and b differ, or -1. */
 long emct_first_diff(const void *a, const void *b, size_t n);
 /* Short hex dump of up to 16 bytes (static buffer per call site is not needed: returns buf). */

@@ -19,18 +19,6 @@ void pause_us(long us) {
 }
 
 /* ------------------------------------------------------------------ caches */
-emc_stats get_stats(const emc_cache *c) {
-  emc_stats s;
-  EMCT_OK(emc_get_stats(c, &s));
-  return s;
-}
-
-emc__cache_debug get_debug(const emc_cache *c) {
-  emc__cache_debug d;
-  EMCT_OK(emc__cache_get_debug(c, &d));
-  return d;
-}
-
 emc_cache *make_cache_t2(emct_world *w, size_t capacity, float t2, uint32_t key_bits,
                          uint64_t unified, uint64_t hash_seed, uint32_t admission) {
   emc_cache_config cfg;

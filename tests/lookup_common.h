@@ -22,9 +22,6 @@ double now_s(void);
 void pause_us(long us);
 
 /* ------------------------------------------------------------------ caches */
-emc_stats get_stats(const emc_cache *c);
-emc__cache_debug get_debug(const emc_cache *c);
-
 /* A host-backend cache over w's store: evict_high 0.95, evict_low t2 (0.80 for make_cache). */
 emc_cache *make_cache_t2(emct_world *w, size_t capacity, float t2, uint32_t key_bits,
                          uint64_t unified, uint64_t hash_seed, uint32_t admission);
