@@ -46,6 +46,7 @@ emc_status emc__host_create(emc_cache *c) {
   }
   h->lock_ok = 1;
   h->pipelined = 1;
+  h->repeats = 1;
   h->shared = s->seg != NULL;
   h->log_seen = emc__log_seq(s); /* an empty cache: nothing written before is held */
   if ((st = emc__pool_geometry(c, &g, h->layout)) != EMC_OK) {
@@ -294,6 +295,14 @@ emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined) {
     return EMC_FAIL(EMC_EINVAL, "pipelined = %d: 0, 1 or a distance in %d..%d", pipelined,
                     EMC__PIPE_D_MIN, EMC__PIPE_D_MAX);
   c->host->pipelined = pipelined;
+  return EMC_OK;
+}
+
+emc_status emc__cache_set_repeats(emc_cache *c, int repeats) {
+  if (!c) return EMC_FAIL(EMC_EINVAL, "c is NULL");
+  if (!c->host) return EMC_FAIL(EMC_EUNSUPPORTED, "the read path is the host backend's");
+  if (repeats != 0 && repeats != 1) return EMC_FAIL(EMC_EINVAL, "repeats = %d: 0 or 1", repeats);
+  c->host->repeats = repeats;
   return EMC_OK;
 }
 

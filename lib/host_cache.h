@@ -7,7 +7,8 @@
  *                 slot allocation through per-page free bitmaps
  *   evict.c       the eviction pass (approximate LRU between t1 and t2), stamp aging
  *   cache_host.c  the backend's calls: create, insert, flush, stats, white-box checks
- *   lookup_host.c the lookup: the pipelined batched read and the per-row reference read
+ *   lookup_host.c the lookup: the per-row reference read, then admission of the misses
+ *   read_pipe.c   the lookup's pipelined batched read, which copies a batch's repeated ids
  *   admit_host.c  admission of a lookup's misses: inline, or by the cache's admission thread
  *   train_host.c  the training calls: dedup, prefetch (and its pins), apply_gradients
  *   sync_host.c   a shared store's update log applied: the copies other writers outdated go
@@ -85,6 +86,7 @@ struct emc__host_cache {
   uint16_t *repack_stamps;
   uint32_t meta_seq;          /* the writers' meta counter (item/index.h, "index") */
   int pipelined;              /* lookups' read path and distance (emc__cache_set_pipelined) */
+  int repeats;                /* the pipeline copies repeated ids (emc__cache_set_repeats) */
   /* accounting */
   uint64_t bytes_in_use;      /* writer-side (EMC__WR_ADD), read by anyone */
   uint64_t pages_held;        /* writer-side (EMC__WR_ADD), read by anyone */
@@ -340,5 +342,43 @@ EMC_INTERNAL void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32
 EMC_INTERNAL uint32_t emc__evict_at(emc_cache *c, uint64_t pos);
 /* Clamp stamps older than EMC__AGE_CLAMP (writer); see item/policy.h "LRU stamps". */
 EMC_INTERNAL void emc__age_stamps(emc_cache *c, uint64_t now);
+
+/* ---------------------------------------------------------------- reads (lookup_host.c, read_pipe.c) */
+/* What a lookup's reads found. */
+typedef struct emc__tally {
+  uint64_t hits, misses, absent, unified, to_admit;
+} emc__tally;
+
+/* Whether a miss of a key of home bucket `home` is not to be trusted: a re-pack step may have
+ * moved entries of that home while the probe ran. e1 is the epoch loaded (acquire) before the
+ * probe and lo1, when e1 was odd, repack_lo loaded (acquire) after it; the call follows an
+ * acquire fence that follows the probe. Within one step (the epoch unchanged and odd), the
+ * clusters before lo1 were final for the probe (lo1 was stored with release after them), and
+ * a probe that observed a move in a later cluster reads that cluster's hi, or a later one,
+ * here (index.c publishes it before a release fence that precedes the moves); a cluster's
+ * moves only concern keys whose home lies in it (it starts after a bucket with an EMPTY slot,
+ * where every probe from an earlier home stops). So a miss whose home lies outside the
+ * clusters [lo1, hi2) is kept, and a lookup waits for no re-pack but its own key's cluster. */
+static inline int emc__repack_raced(const emc__host_cache *h, uint32_t e1, uint64_t lo1,
+                               uint64_t home, uint64_t nb) {
+  uint64_t span;
+  if (EMC_LD_RELAXED(h->ix.epoch) != e1) return 1; /* a step began or ended meanwhile */
+  if (!(e1 & 1u)) return 0;
+  span = EMC_LD_RELAXED(&h->repack_hi) - lo1;
+  return span >= nb || (home + nb - lo1 % nb) % nb < span;
+}
+
+/* Read the row of (t, id, key) into dst by the reader protocol of emc_item.h (the per-row
+ * reference path, lookup_host.c); retries until a read validates. Returns R_HIT, or R_STORE /
+ * R_ABSENT with R_ADMIT / R_UNIFIED flags. */
+EMC_INTERNAL uint8_t emc__host_read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key,
+                                        unsigned char *dst, uint64_t now);
+/* The batched read of positions [0, total) (read_pipe.c): rows into out, kinds into kind[] and
+ * where[] (when given), counts into *n, the key of every position to admit (EMC__R_ADMIT) into
+ * keys[]. Returns 0, or -1 when its scratch cannot be had (nothing read). */
+EMC_INTERNAL int emc__host_read_pipelined(emc_cache *c, const uint64_t *ids,
+                                          const uint64_t *offsets, uint64_t total,
+                                          unsigned char *out, uint64_t *keys, uint8_t *kind,
+                                          uint8_t *where, emc__tally *n, uint64_t now);
 
 #endif /* EMC_HOST_CACHE_H */

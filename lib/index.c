@@ -14,7 +14,7 @@
  * odd, then even (lib/item/index.h, "index"), and each cluster is published (repack_lo, hi)
  * before it is re-packed: a reader that misses a key while its entry moves sees the epoch odd
  * and the key's home in a published cluster, and probes again (so dirty rows need no
- * write-back before a re-pack; misses of keys homed elsewhere are kept, see repack_raced),
+ * write-back before a re-pack; misses of keys homed elsewhere are kept, see emc__repack_raced),
  * and a reader that found a key before it moved validates the entry word it loads against the
  * key (issue 16). When fewer than 1/64 of the slots are EMPTY the sweep is finished at once
  * (an unbounded step; a reader waits only for the cluster of its own key).
@@ -135,7 +135,7 @@ void emc__hix_maintain(emc_cache *c, int finish) {
   h->repack_credit = 0;
   if (urgent || finish) budget = UINT64_MAX;
   /* the step: epoch odd, clusters re-packed, epoch even. Each cluster is published before
-   * anything in it moves (lib/lookup_host.c, repack_raced): a lookup that misses while the epoch is odd
+   * anything in it moves (lib/host_cache.h, emc__repack_raced): a lookup that misses while the epoch is odd
    * retries only when its key's home lies in a cluster re-packed during its probe. */
   EMC_ST_RELEASE(&h->repack_lo, h->repack_pos); /* none of this step's clusters yet */
   EMC_ST_RELAXED(&h->repack_hi, h->repack_pos);

@@ -382,6 +382,11 @@ extern int emc__fail_thread_start;
  * drive them on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL, or
  * another value), EMC_EUNSUPPORTED (not the host backend). */
 EMC_INTERNAL emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined);
+/* Whether the pipelined read copies a position that repeats an earlier position's (table, id)
+ * from that position (1, the default) or reads every position (0; lib/lookup_host.c, "repeats").
+ * Tests drive both on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL,
+ * or not 0 / 1), EMC_EUNSUPPORTED (not the host backend). */
+EMC_INTERNAL emc_status emc__cache_set_repeats(emc_cache *c, int repeats);
 /* Snapshot of the counters above. Errors: EMC_EINVAL. */
 EMC_INTERNAL emc_status emc__cache_get_debug(const emc_cache *c, emc__cache_debug *out);
 /* Walk every structure of the cache and verify it: each used slot has exactly one index entry

@@ -8,7 +8,9 @@
  *   twins      two caches built identically over two identical stores (same tables, same
  *              config, INLINE admission), one pipelined, one per-row, fed the same calls.
  *              The pipelined one's distance between stages changes each round: the one
- *              the lookup chooses for the batch, EMC__PIPE_D_MIN, EMC__PIPE_D_MAX.
+ *              the lookup chooses for the batch, EMC__PIPE_D_MIN, EMC__PIPE_D_MAX; and, in
+ *              alternate rounds, whether it copies a repeated (table, id) from its earlier
+ *              position (emc__cache_set_repeats 1, the default) or reads it again (0).
  *              After every call: out bytes equal (memcmp; each cache's buffer pre-filled with
  *              another byte, so a byte one path leaves unwritten differs), where[] equal,
  *              every emc_stats counter and gauge equal, the white-box debug counters and the
@@ -483,6 +485,8 @@ START_TEST(twins_same_results) {
   /* a distance outside EMC__PIPE_D_MIN..MAX is refused */
   ck_assert_int_eq(emc__cache_set_pipelined(tw.c[0], 2), EMC_EINVAL);
   ck_assert_int_eq(emc__cache_set_pipelined(tw.c[0], EMC__PIPE_D_MAX + 1), EMC_EINVAL);
+  ck_assert_int_eq(emc__cache_set_repeats(tw.c[0], 2), EMC_EINVAL);
+  ck_assert_int_eq(emc__cache_set_repeats(NULL, 1), EMC_EINVAL);
   bb_init(&b, tw.nt, TW_MAX_BATCH);
   twins_agree(&tw, "fresh caches");
 
@@ -491,6 +495,9 @@ START_TEST(twins_same_results) {
     static const int dist[3] = {1, EMC__PIPE_D_MIN, EMC__PIPE_D_MAX};
     uint64_t m;
     EMCT_OK(emc__cache_set_pipelined(tw.c[0], dist[round % 3]));
+    /* and whether it copies repeated ids from their earlier position or reads each again:
+     * both in any 2 rounds, every distance with both over 6 */
+    EMCT_OK(emc__cache_set_repeats(tw.c[0], round % 2 == 0));
     /* a Zipf mix, through emc_lookup_ex and emc_lookup */
     b.n = 0;
     add_zipf(&tw, &b, 1.0);

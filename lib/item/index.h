@@ -108,7 +108,7 @@
  * so no dirty row needs writing back before a re-pack. The host backend narrows this (its
  * steps are long): it publishes each cluster of a step before re-packing it, and a miss seen
  * while the epoch stayed odd is kept unless its key's home lies in a cluster re-packed during
- * the probe (lib/lookup_host.c, repack_raced).
+ * the probe (lib/host_cache.h, emc__repack_raced).
  * Readers wait (retry) only on a BUSY entry word or a store row's odd version, which a
  * writer thread that is running sets and clears without waiting for anything itself, and on
  * a changed entry or epoch, which costs one more probe. */
