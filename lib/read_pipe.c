@@ -46,9 +46,10 @@
  * row's value at one instant during the call, which is what the header promises each
  * position; the counts and where codes are those of a second read of an unchanged row. The
  * first occurrence wrote the stamp. Measured (2026-11-27, 2 cores, one process alternating
- * calls between this read and the previous pipeline, time per id of each): emc-bench
- * --all-hit --dim 16 1.22-1.31x faster, --dim 64 1.02-1.17x, --dim 256 0.86-1.16x; the
- * default preset 0.96-1.41x (its admission thread shares the 2 cores).
+ * calls between this read and the previous pipeline of commit 997463e, time per id of each,
+ * ranges over 2-4 runs): emc-bench --all-hit --dim 16 1.43-1.45x faster, --dim 32 1.26-1.29x,
+ * --dim 64 1.04-1.08x, --dim 256 0.98-1.12x; the default preset 0.98-1.31x (its admission
+ * thread shares the 2 cores). Prefetching a repeat's source 8 repeats ahead was slower.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +130,7 @@ typedef struct pipe {
   emc__index_view ix;   /* a copy: the index never moves during a cache's life */
   const uint64_t *ids, *offsets;
   const uint32_t *list; /* the positions the pipeline reads, in increasing order */
-  uint64_t *keys;       /* every position's global key (plan_batch) */
+  uint64_t *keys;       /* the key of each position to admit (EMC__R_ADMIT) */
   uint8_t *kind, *where;
   uint64_t *cnt;        /* 16 counts, by kind */
   unsigned char *out;
@@ -163,6 +164,17 @@ static inline __attribute__((always_inline)) void prefetch_lines(const void *p, 
   ((KB) == 32 ? (uint64_t)EMC_LD_RELAXED((const uint32_t *)(P)->ix.keys + (i))                    \
               : EMC_LD_RELAXED((const uint64_t *)(P)->ix.keys + (i)))
 
+/* A row of out to another position of out: private memory, any alignment (rows of 6 bytes) */
+static inline __attribute__((always_inline)) void copy_row(unsigned char *d, const unsigned char *s,
+                                                           uint32_t rb) {
+  uint32_t o;
+  if (rb & 15u) {
+    memcpy(d, s, rb);
+    return;
+  }
+  for (o = 0; o < rb; o += 16) memcpy(d + o, s + o, 16); /* one vector load and store each */
+}
+
 /* Copy the repeated positions below `limit`, in increasing order: each copies an earlier
  * position's row (read by the pipeline, or copied here before it), kind, key and where code.
  * The pipeline calls it as each position it read is done, up to its next position, so a
@@ -173,8 +185,8 @@ static inline __attribute__((always_inline)) void copy_repeats(const pipe *P, re
     uint64_t k = R->dups[R->i].k, src = R->dups[R->i].src;
     uint8_t r = P->kind[src];
     tcur_to(&R->cur, P->s, P->offsets, k);
-    emc__row_load(P->out + R->cur.base + (k - R->cur.start) * R->cur.rb,
-                  P->out + R->cur.base + (src - R->cur.start) * R->cur.rb, R->cur.rb);
+    copy_row(P->out + R->cur.base + (k - R->cur.start) * R->cur.rb,
+             P->out + R->cur.base + (src - R->cur.start) * R->cur.rb, R->cur.rb);
     P->kind[k] = r;
     if (r & EMC__R_ADMIT) P->keys[k] = P->keys[src];
     P->cnt[r & 15u]++;
