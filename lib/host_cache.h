@@ -375,8 +375,8 @@ EMC_INTERNAL uint8_t emc__host_read_row(emc_cache *c, uint32_t t, uint64_t id, u
                                         unsigned char *dst, uint64_t now);
 /* The batched read of positions [0, total) (read_pipe.c): rows into out, kinds into kind[] and
  * where[] (when given), counts into *n, the key of every position to admit (EMC__R_ADMIT) into
- * keys[]. Returns 0, or -1 when its scratch cannot be had (nothing read). */
-EMC_INTERNAL int emc__host_read_pipelined(emc_cache *c, const uint64_t *ids,
+ * keys[]. Cannot fail: without memory for its scratch it reads every position. */
+EMC_INTERNAL void emc__host_read_pipelined(emc_cache *c, const uint64_t *ids,
                                           const uint64_t *offsets, uint64_t total,
                                           unsigned char *out, uint64_t *keys, uint8_t *kind,
                                           uint8_t *where, emc__tally *n, uint64_t now);

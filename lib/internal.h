@@ -383,7 +383,7 @@ extern int emc__fail_thread_start;
  * another value), EMC_EUNSUPPORTED (not the host backend). */
 EMC_INTERNAL emc_status emc__cache_set_pipelined(emc_cache *c, int pipelined);
 /* Whether the pipelined read copies a position that repeats an earlier position's (table, id)
- * from that position (1, the default) or reads every position (0; lib/lookup_host.c, "repeats").
+ * from that position (1, the default) or reads every position (0; lib/read_pipe.c, "Repeats").
  * Tests drive both on the same batches. Not thread-safe against lookups of c. EMC_EINVAL (NULL,
  * or not 0 / 1), EMC_EUNSUPPORTED (not the host backend). */
 EMC_INTERNAL emc_status emc__cache_set_repeats(emc_cache *c, int repeats);

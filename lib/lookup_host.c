@@ -154,11 +154,7 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
   now = __atomic_add_fetch(&h->clock, 1, __ATOMIC_RELAXED);
   maybe_age(c, now);
   if (h->pipelined) {
-    if (emc__host_read_pipelined(c, ids, offsets, total, out, keys, kind, where, &n, now) != 0) {
-      free(keys);
-      free(kind);
-      return EMC_FAIL(EMC_ENOMEM, "lookup scratch for %llu ids", (unsigned long long)total);
-    }
+    emc__host_read_pipelined(c, ids, offsets, total, out, keys, kind, where, &n, now);
   } else {
     unsigned char *dst = out;
     for (t = 0; t < s->n_tables; t++) {

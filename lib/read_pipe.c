@@ -42,10 +42,11 @@
  * repeat thus costs one recent row instead of the 4 lines of a hit (bucket, entry word, stamp,
  * row), and its source is still in cache (copying the repeats in a pass after the pipeline
  * was 13-20 % slower than reading them at dim 64 and 256: the sources had left the cache).
- * What a repeat returns is what its first occurrence returned: a validated read, hence the
- * row's value at one instant during the call, which is what the header promises each
- * position; the counts and where codes are those of a second read of an unchanged row. The
- * first occurrence wrote the stamp. Measured (2026-11-27, 2 cores, one process alternating
+ * What a repeat returns is what the nearest earlier occurrence the filter kept returned, and
+ * so on back to a position the pipeline read: a validated read, hence the row's value at one
+ * instant during the call, which is what the header promises each position; the counts and
+ * where codes are those of a second read of an unchanged row. A hit's stamp was written by
+ * the position read. Measured (2026-11-27, 2 cores, one process alternating
  * calls between this read and the previous pipeline of commit 997463e, time per id of each,
  * ranges over 2-4 runs): emc-bench --all-hit --dim 16 1.43-1.45x faster, --dim 32 1.26-1.29x,
  * --dim 64 1.04-1.08x, --dim 256 0.98-1.12x; the default preset 0.98-1.31x (its admission
@@ -377,8 +378,9 @@ static uint64_t pipe_distance(const emc_store *s, const uint64_t *offsets, uint6
   return d < EMC__PIPE_D_MIN ? EMC__PIPE_D_MIN : d > EMC__PIPE_D_MAX ? EMC__PIPE_D_MAX : d;
 }
 
-#define EMC__SEEN_SLOTS 4096u /* plan_batch's filter: 64 KiB (emc-bench --all-hit --dim 16:
-                               * 1 Ki to 8 Ki slots ran alike) */
+#define EMC__SEEN_SLOTS 4096u /* plan_batch's filter at most: 64 KiB (emc-bench --all-hit
+                               * --dim 16: 1 Ki to 8 Ki slots ran alike) */
+#define EMC__REPEATS_MIN 16u  /* smaller batches read every position (no scratch to allocate) */
 
 /* One slot of plan_batch's direct-mapped filter: the last position of (table tp1 - 1, id). */
 typedef struct seen_slot {
@@ -401,7 +403,7 @@ static uint64_t plan_batch(const emc_store *s, const uint64_t *ids, const uint64
   while (n_seen > ((uint64_t)1 << (64u - shift))) shift--; /* n_seen == 2^(64 - shift) */
   for (t = 0; t < s->n_tables; t++) {
     const uint32_t tp1 = t + 1u; /* a zeroed slot matches no table */
-    const uint64_t salt = (uint64_t)t << 56;
+    const uint64_t salt = (uint64_t)tp1 * EMC__MIX_MUL; /* tables apart in the filter */
     for (k = offsets[t]; k < offsets[t + 1]; k++) {
       const uint64_t id = ids[k];
       seen_slot *e = &seen[((id ^ salt) * EMC__MIX_MUL) >> shift];
@@ -420,34 +422,27 @@ static uint64_t plan_batch(const emc_store *s, const uint64_t *ids, const uint64
   return np;
 }
 
-/* The batched read of positions [0, total): rows into out, kinds into kind[] and where[]
- * (when given), counts into *n, every position's key into keys[] (admission reads those of
- * EMC__R_ADMIT). Returns 0, or -1 when its scratch cannot be had. */
-int emc__host_read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
-                             uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
-                             uint8_t *where, emc__tally *n, uint64_t now) {
+/* The batched read of positions [0, total) (host_cache.h). Repeats need scratch (12 bytes an
+ * id and the filter); without it (no memory, or more than 2^32 ids) every position is read. */
+void emc__host_read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *offsets,
+                              uint64_t total, unsigned char *out, uint64_t *keys, uint8_t *kind,
+                              uint8_t *where, emc__tally *n, uint64_t now) {
   pipe P;
   repeats R;
-  uint64_t cnt[16] = {0}, np, nd = 0, n_seen;
+  uint64_t cnt[16] = {0}, np = total, nd = 0, n_seen = EMC__SEEN_SLOTS;
   uint32_t *list = NULL;
   dup_pair *dups = NULL;
-  void *scratch = NULL;
+  seen_slot *seen = NULL;
   unsigned r;
-  /* (list and dups hold 32-bit positions: a batch of more ids reads every position) */
-  if (c->host->repeats && total >= 2 && total <= UINT32_MAX) {
-    seen_slot *seen;
-    n_seen = EMC__SEEN_SLOTS;
-    while (n_seen > 16 && n_seen / 2 >= total) n_seen /= 2; /* at most 2 * total slots */
-    if (total > (SIZE_MAX - n_seen * sizeof *seen) / (sizeof *dups + sizeof *list)) return -1;
-    scratch = emc__malloc(n_seen * sizeof *seen + total * (sizeof *dups + sizeof *list));
-    if (!scratch) return -1;
-    seen = scratch;
+  while (n_seen > 16 && n_seen * 4 > total) n_seen /= 2; /* about total / 4 slots, 16 to 4 Ki */
+  if (c->host->repeats && total >= EMC__REPEATS_MIN && total <= UINT32_MAX &&
+      total <= (SIZE_MAX - n_seen * sizeof *seen) / (sizeof *dups + sizeof *list))
+    seen = emc__malloc(n_seen * sizeof *seen + total * (sizeof *dups + sizeof *list));
+  if (seen) {
     dups = (dup_pair *)(seen + n_seen);
     list = (uint32_t *)(dups + total);
     memset(seen, 0, n_seen * sizeof *seen);
     np = plan_batch(c->store, ids, offsets, list, dups, &nd, seen, n_seen);
-  } else {
-    np = total; /* every position, in order */
   }
   P.c = c;
   P.h = c->host;
@@ -497,7 +492,7 @@ int emc__host_read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *
     if (where) pipe_run(&P, np, 64, 1, 1);
     else pipe_run(&P, np, 64, 0, 1);
   }
-  free(scratch);
+  free(seen);
   for (r = 0; r < 16; r++) {
     if (!cnt[r]) continue;
     n->hits += (r & 3u) == EMC__R_HIT ? cnt[r] : 0;
@@ -506,5 +501,4 @@ int emc__host_read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t *
     n->unified += (r & EMC__R_UNIFIED) ? cnt[r] : 0;
     n->to_admit += (r & EMC__R_ADMIT) ? cnt[r] : 0;
   }
-  return 0;
 }

@@ -9,7 +9,7 @@ compiled to nothing until it was made always_inline. This check reads the static
 disassembly and fails when an object built from a file under SRC_DIR/lib that calls
 __builtin_prefetch holds no prefetch instruction (x86-64: prefetch*, aarch64: prfm).
 Exit 77 (skipped) where neither instruction set applies or objdump cannot read the archive.
-It checks objects, not helpers: a file with prefetches of its own besides a helper's (lookup_host.c)
+It checks objects, not helpers: a file with prefetches of its own besides a helper's (read_pipe.c)
 passes even if the helper's calls were deleted, which is why every prefetch-only helper is
 always_inline. Prefetches in headers are not checked.
 """

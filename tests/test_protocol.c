@@ -30,9 +30,9 @@
  *        result. W: re-pack; insert of K (generation 3, in place); eviction of K (written
  *        back, then removed or turned into a unified entry); flush; eviction of K then a
  *        lookup that admits it again; insert of J (its unified entry turned into a slot).
- * Every test runs against both read paths of the lookup (lib/lookup_host.c): the pipelined
- * batched read, whose stages carry the same test points at the same protocol steps, and the
- * per-row reference. The number of schedules run is printed.
+ * Every test runs against both read paths of the lookup (lib/lookup_host.c and
+ * lib/read_pipe.c): the pipelined batched read, whose stages carry the same test points at the
+ * same protocol steps, and the per-row reference. The number of schedules run is printed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
@@ -48,8 +48,8 @@
 #define D_ROWS 4096u
 #define H_CAP 4096u
 
-/* The lookup's read path under test (lib/lookup_host.c): 1 the pipelined batched read, 0 the
- * per-row reference; every test runs both. */
+/* The lookup's read path under test (lib/lookup_host.c, lib/read_pipe.c): 1 the pipelined
+ * batched read, 0 the per-row reference; every test runs both. */
 static int g_pipelined = 1;
 
 /* ------------------------------------------------------------------ rows */
@@ -439,8 +439,8 @@ END_TEST
 
 /* A re-pack step paused in the cluster b0..b1 (published, nothing in it moved yet). A lookup
  * that misses a dense key homed outside it must be decided without waiting for the step (no
- * retry: the host's lookups wait only for the cluster of their own key, lib/lookup_host.c,
- * repack_raced); one that misses a key homed in it (A1, evicted) must retry, and get A1's
+ * retry: the host's lookups wait only for the cluster of their own key, lib/host_cache.h,
+ * emc__repack_raced); one that misses a key homed in it (A1, evicted) must retry, and get A1's
  * row once the step is over. */
 static shape *g_cur; /* the shape of the running test, for the pause predicate */
 static int always(void) { return 1; }
