@@ -164,7 +164,8 @@ void emcb_report(bench_ctx *b, const emcb_result *r) {
   if (be == EMC_BACKEND_HOST) /* what the first figure a user sees means (issue 19) */
     fprintf(stderr, "emc-bench:   host backend: cache and store share host memory, so x%.2f is a "
             "lookup through the cache against gathering the same rows straight from the store "
-            "(above 1: caching pays even here)%s; the GPU figure, a cache in device memory in "
+            "(above 1: caching pays even here; the lookup copies a batch's repeated ids, the "
+            "gather reads each)%s; the GPU figure, a cache in device memory in "
             "front of a host store, is emc-bench-gpu's\n", lps / glps,
             admission == EMC_ADMISSION_BACKGROUND
                 ? ", with the misses admitted by the cache's thread beside the caller's"
