@@ -348,6 +348,21 @@ EMC_INTERNAL void emc__age_stamps(emc_cache *c, uint64_t now);
 typedef struct emc__tally {
   uint64_t hits, misses, absent, unified, to_admit;
 } emc__tally;
+/* count positions read as `kind` into n */
+static inline void emc__tally_add(emc__tally *n, uint8_t kind, uint64_t count) {
+  const uint8_t base = kind & 3u;
+  n->hits += base == EMC__R_HIT ? count : 0;
+  n->misses += base == EMC__R_STORE ? count : 0;
+  n->absent += base == EMC__R_ABSENT ? count : 0;
+  n->unified += (kind & EMC__R_UNIFIED) ? count : 0;
+  n->to_admit += (kind & EMC__R_ADMIT) ? count : 0;
+}
+/* The where code of a read's kind (its base kind: the low two bits). */
+static inline uint8_t emc__where_of(uint8_t kind) {
+  static const uint8_t where[4] = {EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT,
+                                   EMC_WHERE_ABSENT};
+  return where[kind & 3u];
+}
 
 /* Whether a miss of a key of home bucket `home` is not to be trusted: a re-pack step may have
  * moved entries of that home while the probe ran. e1 is the epoch loaded (acquire) before the

@@ -105,19 +105,6 @@ uint8_t emc__host_read_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key,
   }
 }
 
-/* Position i was decided as k (the per-row path): its where code, and the counts. */
-static inline void tally_add(emc__tally *n, uint8_t *where, uint64_t i, uint8_t k) {
-  uint8_t base = k & 3u;
-  if (where)
-    where[i] = base == EMC__R_HIT ? EMC_WHERE_CACHE
-               : base == EMC__R_STORE ? EMC_WHERE_STORE : EMC_WHERE_ABSENT;
-  n->hits += base == EMC__R_HIT;
-  n->misses += base == EMC__R_STORE;
-  n->absent += base == EMC__R_ABSENT;
-  n->unified += (k & EMC__R_UNIFIED) != 0;
-  n->to_admit += (k & EMC__R_ADMIT) != 0;
-}
-
 /* ================================================================= lookup */
 /* Stamps must be aged every EMC__AGE_CLAMP / 2 calls (item/policy.h, "LRU stamps"): a lookup that
  * finds that many calls passed without a pass or scan does it, if the lock is free. */
@@ -163,7 +150,8 @@ emc_status emc__host_lookup(emc_cache *c, const uint64_t *ids, const uint64_t *o
       for (i = offsets[t]; i < offsets[t + 1]; i++, dst += rb) {
         keys[i] = emc__global_key(tc, ids[i], c->codec.hash_seed);
         kind[i] = emc__host_read_row(c, t, ids[i], keys[i], dst, now);
-        tally_add(&n, where, i, kind[i]);
+        if (where) where[i] = emc__where_of(kind[i]);
+        emc__tally_add(&n, kind[i], 1);
       }
     }
   }

@@ -69,12 +69,11 @@ typedef struct tcur {
   uint32_t t, rb;
 } tcur;
 
-static inline void tcur_init(tcur *c, const emc_store *s, const uint64_t *offsets) {
-  c->t = 0;
-  c->start = offsets[0];
-  c->end = offsets[1];
-  c->base = 0;
-  c->rb = s->tables[0].row_bytes;
+/* Before the first position: the first tcur_to moves to position k's table. */
+static inline void tcur_init(tcur *c) {
+  c->t = (uint32_t)-1;
+  c->start = c->end = c->base = 0;
+  c->rb = 0;
 }
 
 static inline void tcur_to(tcur *c, const emc_store *s, const uint64_t *offsets, uint64_t k) {
@@ -102,12 +101,6 @@ typedef struct pipe_slot {
   uint64_t lo1;              /* repack_lo after it, when e1 is odd */
   uint8_t state;
 } pipe_slot;
-
-/* Where code of a read's kind (its base kind: the low two bits). */
-static const uint8_t where_of[16] = {
-    EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT, 0, EMC_WHERE_CACHE, EMC_WHERE_STORE,
-    EMC_WHERE_ABSENT, 0, EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT, 0,
-    EMC_WHERE_CACHE, EMC_WHERE_STORE, EMC_WHERE_ABSENT, 0};
 
 /* A position whose (table, id) an earlier position of the call also has: its row is a copy of
  * that position's (dup_pair). */
@@ -338,7 +331,7 @@ static inline __attribute__((always_inline)) void stage_d(pipe *P, pipe_slot *ri
   if (r & EMC__R_ADMIT) P->keys[k] = p->key; /* the keys admission reads */
   P->kind[k] = r;
   P->cnt[r & 15u]++;
-  if (WH) P->where[k] = where_of[r & 15u];
+  if (WH) P->where[k] = emc__where_of(r);
   if (LIST) copy_repeats(P, P->rep, i + 1 < P->n_list ? P->list[i + 1] : P->total);
 }
 
@@ -465,13 +458,11 @@ void emc__host_read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t 
   R.dups = dups;
   R.n = nd;
   R.i = 0;
-  tcur_init(&R.cur, c->store, offsets);
+  tcur_init(&R.cur);
   P.rep = &R;
   P.n_list = np;
   P.total = total;
-  P.a.t = (uint32_t)-1; /* stage A's first position moves the cursor to its table */
-  P.a.start = P.a.end = P.a.base = 0;
-  P.a.rb = 0;
+  tcur_init(&P.a); /* stage A's first position moves the cursor and takes its constants */
   P.a_tb = NULL;
   P.a_hi = P.a_mask = 0;
   P.a_shift = 0;
@@ -493,12 +484,5 @@ void emc__host_read_pipelined(emc_cache *c, const uint64_t *ids, const uint64_t 
     else pipe_run(&P, np, 64, 0, 1);
   }
   free(seen);
-  for (r = 0; r < 16; r++) {
-    if (!cnt[r]) continue;
-    n->hits += (r & 3u) == EMC__R_HIT ? cnt[r] : 0;
-    n->misses += (r & 3u) == EMC__R_STORE ? cnt[r] : 0;
-    n->absent += (r & 3u) == EMC__R_ABSENT ? cnt[r] : 0;
-    n->unified += (r & EMC__R_UNIFIED) ? cnt[r] : 0;
-    n->to_admit += (r & EMC__R_ADMIT) ? cnt[r] : 0;
-  }
+  for (r = 0; r < 16; r++) emc__tally_add(n, (uint8_t)r, cnt[r]);
 }
