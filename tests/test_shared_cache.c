@@ -595,7 +595,13 @@ static void reader(const char *name, ctl *cl, unsigned k) {
      * the counters are whole once a flush has waited for it) */
     CHILD_CHECK(emc_flush(c, NULL) == EMC_OK, "flush: %s", emc_last_error_detail());
     CHILD_CHECK(emc_get_stats(c, &st) == EMC_OK && st.dirty_rows == 0, "dirty rows");
-    CHILD_CHECK(st.evictions > 0, "reader %u: no evictions (the cache is meant to churn)", k);
+    CHILD_CHECK(st.evictions > 0, "reader %u: no evictions (the cache is meant to churn): "
+                "%llu batches, %llu hits, %llu misses, %llu admissions, %llu skipped, %llu rows, "
+                "%llu bytes, %llu bytes of pages held, %llu passes", k, (unsigned long long)it, (unsigned long long)st.hits,
+                (unsigned long long)st.misses, (unsigned long long)st.admissions,
+                (unsigned long long)st.admit_skipped, (unsigned long long)st.rows_cached,
+                (unsigned long long)st.bytes_in_use, (unsigned long long)st.bytes_reserved,
+                (unsigned long long)st.evict_passes);
   }
   CHILD_CHECK(CACHE_CHECK(c) == EMC_OK, "cache check: %s", emc_last_error_detail());
   CHILD_CHECK(emc_cache_destroy(c) == EMC_OK, "destroy");
