@@ -9,7 +9,10 @@
  *   begin    (1 thread) tick the clock, reset the call's state
  *   demand   (1 block) the call's demand (misses per table times their stride); decide on the
  *            device whether an eviction pass runs (bytes in use + demand > t1, or the stamps
- *            are due for aging)
+ *            are due for aging), or else its page stage alone, to collect the free slots
+ *            earlier calls were granted and left (g->stranded: granted by plan, less what
+ *            publish took) once they add up to a page, or when the free page stack cannot
+ *            hold the demand
  *   evict    the pass, when decided (evict.cu); its kernels return at once otherwise
  *   plan     (1 block) room below t1 shared between tables in table order by one block-wide
  *            scan (emc__plan_allow); per table, one thread grants slots from its pages with free
@@ -19,12 +22,12 @@
  *            plan allows could leave EMPTY slots short
  *   pages    new pages get their table's free bitmap
  *   fill     a warp per miss granted a slot: skip it if its key is in the index now (cached by
- *            an earlier writer call, or another id's key), else take the j-th free slot of its
- *            grant's page (a warp-wide bitmap search; the bitmap is not changed until publish,
- *            so the grant's misses take distinct slots) and copy the row into it: from the
- *            staging copy, or from the store when a write-back may have changed the row since
- *            the copy was read (its write-back cell). Inserts write the rows they cannot cache
- *            through to the store.
+ *            an earlier writer call, or another id's key; the slot stays free: stranded), else
+ *            take the j-th free slot of its grant's page (a warp-wide bitmap search; the bitmap
+ *            is not changed until publish, so the grant's misses take distinct slots) and copy
+ *            the row into it: from the staging copy, or from the store when a write-back may
+ *            have changed the row since the copy was read (its write-back cell). Inserts write
+ *            the rows they cannot cache through to the store.
  *   publish  a thread per filled slot: claim an index slot (CAS on the key) and write the entry
  *            word, or turn the id's unified-index entry into a slot entry; then the slot leaves
  *            the page's bitmap and the counters move
@@ -51,6 +54,7 @@ __global__ void k_wr_begin(const __grid_constant__ wr_args A) {
   g->n_new_pages = 0;
   g->pages_inited = 0;
   g->pass_active = 0;
+  g->collect = 0;
   g->aging = 0;
   g->pf_new_n = 0;
   g->batch_bytes = 0;
@@ -61,18 +65,28 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_wr_demand(const __grid_const
   const dcall &C = A.C;
   dglob *g = V.g;
   __shared__ typename emc_block_reduce::TempStorage red;
-  ull demand = 0;
+  ull demand = 0, pages = 0;
   for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
-    uint32_t need = C.need ? C.need[t] : 0;
+    uint32_t need = C.need ? C.need[t] : 0, per = V.tabs[t].L.n_slots;
     V.ts[t].need = need;
     V.ts[t].allow = 0;
     V.ts[t].g_n = 0;
     demand += (ull)need * V.tabs[t].stride;
+    pages += (need + per - 1u) / per;
   }
   demand = emc_block_reduce(red).Sum(demand);
+  __syncthreads(); /* (the reduction's storage, used again) */
+  pages = emc_block_reduce(red).Sum(pages);
   if (threadIdx.x == 0) {
     ull total = g->bytes_in_use + demand;
     g->pass_active = total > V.high;
+    /* slots granted by earlier calls and left free (stranded), in pages a grant may never
+     * offer again: collected by the pass's page stage alone (evict.cu) once they add up to a
+     * page, so that they never spread over every page (a page's free slots serve its own
+     * table only), and whenever the free stack could not hold the demand in new pages (the
+     * misses would be skipped under t1 for good) */
+    g->collect = !g->pass_active && g->stranded > 0 &&
+                 (g->stranded >= V.page_bytes || g->free_top < pages);
     g->aging = g->clock - g->aged_at >= EMC__AGE_CLAMP / 2;
     g->need = g->pass_active ? min(total - V.low, g->bytes_in_use) : 0;
     g->cut_taken = 0;
@@ -150,7 +164,7 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_plan(const __grid_constant__
   dglob *g = V.g;
   __shared__ typename emc_block_reduce::TempStorage red;
   const ull room = g->bytes_in_use < V.high ? V.high - g->bytes_in_use : 0;
-  ull skipped = 0;
+  ull skipped = 0, granted = 0;
   /* allow_t = min(need_t, (room - prefix_t) / stride_t), prefix_t over the tables before t:
    * one block-wide scan */
   table_scan(V.n_tables, [&](uint32_t t) { return (ull)V.ts[t].need * V.tabs[t].stride; },
@@ -161,10 +175,16 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_plan(const __grid_constant__
   for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
     if (V.ts[t].allow > 0) grant_table(V, C, t);
     skipped += V.ts[t].need - V.ts[t].allow;
+    granted += (ull)V.ts[t].allow * V.tabs[t].stride;
   }
   skipped = emc_block_reduce(red).Sum(skipped);
+  __syncthreads(); /* (the reduction's storage, used again) */
+  granted = emc_block_reduce(red).Sum(granted);
   if (threadIdx.x == 0 && C.mode == EMC_MODE_LOOKUP && skipped) g->admit_skipped += skipped;
   if (threadIdx.x == 0 && C.mode == EMC_MODE_PREFETCH && skipped) g->pin_shortfall += skipped;
+  /* stranded until publish takes them (a slot whose id was cached meanwhile stays free, and
+   * so do all of a call that fails to enqueue its later kernels) */
+  if (threadIdx.x == 0 && granted) g->stranded += granted;
 }
 
 /* New pages: every slot free. A block per page. A section whose k_page_init failed to
@@ -379,6 +399,7 @@ __global__ void __launch_bounds__(256) k_admit_publish(const __grid_constant__ w
   if (admitted) {
     if (C.mode != EMC_MODE_UPDATE) atomicAdd(&V.g->admissions, admitted);
     atomicAdd(&V.g->bytes_in_use, bytes);
+    atomicAdd(&V.g->stranded, (ull)0 - bytes); /* granted by k_plan */
     if (dirty) atomicAdd(&V.g->dirty_rows, dirty);
     if (live) atomicAdd(&V.g->ix_live, live);
     if (tombs) atomicAdd(&V.g->ix_tomb, (ull)0 - tombs);

@@ -92,6 +92,9 @@ typedef struct dglob {
   uint32_t aged_at;                   /* clock of the last stamp aging */
   uint32_t free_top;                  /* free page stack */
   uint32_t pass_active, aging, cut, n_new_pages, n_grants;
+  uint32_t collect, pad1_;            /* the call collects pages' free slots (evict.cu) */
+  ull stranded;                       /* slot bytes granted since the last collection and not
+                                         published (the id was cached meanwhile: admit.cu) */
   /* prefetch pins (train.cu) */
   uint32_t pin_next;                  /* the ring list the next prefetch releases and refills */
   ull pinned_bytes, pinned_rows;      /* entries with a pin count > 0, their slot bytes */

@@ -21,12 +21,20 @@
  *            are counted per table
  *   lists    (1 block) each table's segment of the list of pages with free slots
  *   scatter  a thread per page: the pages with free slots into their table's segment
+ * The page stage (pages, lists, scatter) also runs alone, without a pass, when the writer call
+ * collects (g->collect, decided with the pass by admit.cu's demand kernel): a writer call whose
+ * misses an earlier call had admitted meanwhile (lookups run ahead of the writer stream)
+ * leaves their granted slots free, in pages a grant may never offer again (no longer the
+ * table's current page, or behind the page list's cursor); without a pass to list them, the
+ * pool ran out of pages far under t1 and every later miss was skipped (no pass ever ran).
  * Unified entries of earlier passes are dropped, all at once, by the hist kernel when the
  * unified index is three-quarters full.
  */
 #include "dev_cub.cuh"
 
 __device__ __forceinline__ int pass_on(const dview &V) { return V.g->pass_active || V.g->aging; }
+/* the page stage runs in a pass, and alone when the writer call collects free slots */
+__device__ __forceinline__ int pages_on(const dview &V) { return V.g->pass_active || V.g->collect; }
 
 /* The live, unpinned pool entry at index slot i (what a pass may evict): its lm (0 when
  * none). */
@@ -193,7 +201,7 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
 
 /* Empty pages back to the free stack; pages with free slots counted per table. */
 __global__ void __launch_bounds__(256) k_ev_pages(const __grid_constant__ dview V) {
-  if (!V.g->pass_active) return;
+  if (!pages_on(V)) return;
   GRID_STRIDE(p, V.n_pages) {
     emc__page_hdr *h = hdr_of(V, p);
     uint32_t t = h->table;
@@ -211,7 +219,8 @@ __global__ void __launch_bounds__(256) k_ev_pages(const __grid_constant__ dview 
 
 /* Per-table segments of the page list (an exclusive scan of the counts); current pages go. */
 __global__ void __launch_bounds__(EMC_WR_THREADS) k_ev_lists(const __grid_constant__ dview V) {
-  if (!V.g->pass_active) return;
+  if (!pages_on(V)) return;
+  if (threadIdx.x == 0) V.g->stranded = 0; /* every page's free slots are on the list now */
   table_scan(V.n_tables, [&](uint32_t t) { return (ull)V.ts[t].pl_count; },
              [&](uint32_t t, ull prefix, ull count) {
                tstate *ts = &V.ts[t];
@@ -226,7 +235,7 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_ev_lists(const __grid_consta
 }
 
 __global__ void __launch_bounds__(256) k_ev_scatter(const __grid_constant__ dview V) {
-  if (!V.g->pass_active) return;
+  if (!pages_on(V)) return;
   GRID_STRIDE(p, V.n_pages) {
     emc__page_hdr *h = hdr_of(V, p);
     uint32_t t = h->table;
