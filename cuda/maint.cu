@@ -13,7 +13,7 @@
  */
 #include "dev.cuh"
 
-#define RP_THREADS 256 /* threads of the re-pack block */
+#define RP_THREADS 1024 /* threads of the re-pack block (one SM holds them: 55 registers each on sm_90) */
 
 /* ---------------------------------------------------------------- init */
 __global__ void k_init(const __grid_constant__ dview V) {
