@@ -1,7 +1,7 @@
 /*
  * cache_edges.c: test_cache's edge cases (cache_common.h): empty batches and segments,
  * all-duplicate batches, absent hashed ids, the unified index, hashed key collisions,
- * emc_lookup_ex's where[], the index sized by the store.
+ * emc_lookup_ex's where[], the index sized by the store, a table that finds no page.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +385,54 @@ START_TEST(index_sized_by_store) {
 }
 END_TEST
 
+/* A page belongs to one table until it is empty. Table 0's rows, evicted in LRU order by
+ * the passes of a uniform load, leave free slots in every page table 0 holds; when the load
+ * moves to table 1, its misses find no page, the bytes in use stay under t1, and no pass
+ * runs: table 1 kept 180 of a 250-row working set for good, every later miss skipped, with
+ * 55 KiB of a 64 KiB cache in use and table 0's rows never read again. A table that finds no
+ * page must take one back: the page whose newest row is oldest, its rows evicted. */
+START_TEST(a_table_without_pages_takes_one_back) {
+  static const emct_tspec spec[2] = {{EMC_TABLE_DENSE, 20000, 16, EMC_DTYPE_F32, 0, 0},
+                                     {EMC_TABLE_DENSE, 20000, 16, EMC_DTYPE_F32, 0, 0}};
+  enum { A_BATCH = 100, A_BATCHES = 300, B_ROWS = 250, B_REPS = 8 };
+  static uint64_t ids[B_ROWS], ranks[B_ROWS];
+  static unsigned char out[B_ROWS * 64];
+  static uint8_t where[B_ROWS];
+  emct_world w;
+  emct_rng rng;
+  emc_cache *c;
+  emc_stats st;
+  uint64_t offs[3], i;
+  int b;
+  emct_world_init(&w, spec, 2, 1.0, 91);
+  c = make_cache(&w, 64u << 10, 0.95f, 0.8f, 64, 0);
+  emct_rng_seed(&rng, 7);
+  for (b = 0; b < A_BATCHES; b++) { /* table 0, uniform: LRU passes leave holes everywhere */
+    for (i = 0; i < A_BATCH; i++) ids[i] = emct_id_of(&w, 0, ranks[i] = emct_rng_below(&rng, 20000));
+    offs[0] = 0, offs[1] = A_BATCH, offs[2] = A_BATCH;
+    EMCT_OK(emc_lookup(c, ids, offs, out, NULL));
+  }
+  ck_assert_uint_gt(get_stats(c).evictions, 0);
+  for (b = 0; b < B_REPS; b++) { /* then table 1 only */
+    uint64_t skipped = get_stats(c).admit_skipped;
+    for (i = 0; i < B_ROWS; i++) ids[i] = emct_id_of(&w, 1, ranks[i] = i);
+    offs[0] = 0, offs[1] = 0, offs[2] = B_ROWS;
+    lookup_checked(c, &w, ids, ranks, offs, out, where, 1, "table 1");
+    st = get_stats(c);
+    if (b == 0) continue;
+    for (i = 0; i < B_ROWS; i++)
+      ck_assert_msg(where[i] == EMC_WHERE_CACHE, "repeat %d: table 1 row %llu missed (%llu of "
+                    "%llu bytes in use, %llu bytes of pages held, %llu misses skipped)", b,
+                    (unsigned long long)i, (unsigned long long)st.bytes_in_use,
+                    (unsigned long long)st.capacity_bytes, (unsigned long long)st.bytes_reserved,
+                    (unsigned long long)st.admit_skipped);
+    ck_assert_uint_eq(st.admit_skipped, skipped);
+  }
+  EMCT_OK(emc_cache_destroy(c));
+  emct_world_free(&w);
+}
+END_TEST
+
 void cache_edges_tests(TCase *te) {
   tcase_add_test(te, empty_batches_and_segments);
   tcase_add_test(te, all_duplicate_batch);
@@ -394,4 +442,5 @@ void cache_edges_tests(TCase *te) {
   tcase_add_test(te, hashed_key_collision);
   tcase_add_test(te, lookup_ex_where);
   tcase_add_loop_test(te, index_sized_by_store, 0, 2);
+  tcase_add_test(te, a_table_without_pages_takes_one_back);
 }
