@@ -45,6 +45,8 @@ int emc__admit_row(emc_cache *c, uint32_t t, uint64_t id, uint64_t key, int64_t 
   unsigned char *pg;
   uint32_t p, slot;
   uint64_t lm;
+  /* no page with a free slot for table t, none free: take one back (evict.c) */
+  if (loc < 0 && emc__reclaim_page(c, now)) loc = emc__pool_alloc(h, t);
   if (loc < 0) return 0;
   emc__slot_split(h, (uint32_t)loc, &p, &slot);
   pg = emc__page_at(h, p);

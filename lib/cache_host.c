@@ -65,6 +65,10 @@ emc_status emc__host_create(emc_cache *c) {
   }
   h->max_rows = g.max_rows;
   h->n_pages = g.n_pages;
+  if (!(h->page_young = emc__calloc(g.n_pages, sizeof *h->page_young))) {
+    emc__host_destroy(c);
+    return EMC_FAIL(EMC_ENOMEM, "cache page ages");
+  }
   for (t = 0; t < n; t++) h->partial_head[t] = EMC__PAGE_NONE;
   h->arena_bytes = (size_t)g.n_pages * g.page_bytes; /* < 2^31 pages of <= 256 KiB */
   h->arena = emc__alloc(h->arena_bytes, 64, 0);
@@ -102,6 +106,7 @@ void emc__host_destroy(emc_cache *c) {
   free(h->partial_head);
   free(h->rows_cached);
   free(h->hist);
+  free(h->page_young);
   free(h->sync_row);
   free(h);
   c->host = NULL;

@@ -22,8 +22,10 @@
  * Evicting writes a dirty row back to the store first, then removes the entry (or turns a
  * hashed row's entry into a unified-index entry pointing at its store row, while the unified
  * budget lasts), then frees the slot. emc__evict_holder evicts one given entry the same way
- * but leaves no unified-index entry (its key is wanted by another id: emc_prefetch). Unified entries of earlier passes are dropped, all at
- * once, when the unified index is three-quarters full.
+ * but leaves no unified-index entry (its key is wanted by another id: emc_prefetch). Unified
+ * entries of earlier passes are dropped, all at once, when the unified index is three-quarters
+ * full. emc__reclaim_page empties the page whose newest row is oldest, for a table that finds
+ * no page (below).
  */
 #include <string.h>
 
@@ -222,6 +224,78 @@ static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
   in_use = __atomic_load_n(&h->bytes_in_use, __ATOMIC_RELAXED);
   if (in_use > h->low_bytes) h->passes_above_low++;
   if (in_use > h->max_after_pass) h->max_after_pass = in_use;
+}
+
+/* Pages belong to a table until they are empty, and passes evict rows in LRU order wherever
+ * they lie: after passes under one table's load, every page it holds may have free slots
+ * that no other table can use. When another table's load comes, its misses find no page, the
+ * bytes in use stay under t1 and no pass runs: without this, that table kept 180 of a 250-row
+ * working set for good (cache_edges.c, a_table_without_pages_takes_one_back). So a table that
+ * finds no page takes pages back, LRU by page: the n_pages / 64 pages (at least one) whose
+ * newest rows are oldest give up their rows, evicted as a pass evicts them. One walk of the
+ * index for each page's youngest age, a histogram of those ages (the pass's, EMC__HIST_BUCKETS
+ * buckets of AGE_WIDTH ticks) for the cut, one walk for the rows. Pages holding a pinned row
+ * or a row touched at the newest tick are not taken (the caller's own rows stay); when no page
+ * can be taken, none is looked for again until the clock moves. */
+int emc__reclaim_page(emc_cache *c, uint64_t now) {
+  emc__host_cache *h = c->host;
+  uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
+  uint64_t want = h->n_pages / 64 ? h->n_pages / 64 : 1, acc = 0, taken = 0;
+  uint32_t p, b, cut, top = 0;
+  now = newest_clock(h, now);
+  if (h->reclaim_failed_at == now + 1) return 0;
+  for (p = 0; p < h->n_pages; p++) h->page_young[p] = UINT32_MAX;
+  for (i = 0; i < h->ix_slots; i++) {
+    uint64_t k = emc__ix_key(&h->ix, i), lm;
+    uint32_t age;
+    if (k == empty || k == tomb) continue;
+    lm = emc__ix_lm(&h->ix, i);
+    if (emc__lm_loc(lm) & EMC__LOC_HOST) continue;
+    p = emc__lm_loc(lm) / h->max_slots;
+    age = (lm & EMC__LM_PINS) ? 0 : entry_age(h, i, now);
+    if (age < h->page_young[p]) h->page_young[p] = age;
+  }
+  /* pages per bucket of their youngest age (0: not to be taken) */
+  for (p = 0; p < h->n_pages; p++) {
+    uint32_t y = h->page_young[p];
+    if (y == UINT32_MAX || y == 0) continue;
+    b = y / AGE_WIDTH < EMC__HIST_BUCKETS ? y / AGE_WIDTH : EMC__HIST_BUCKETS - 1;
+    h->hist[b]++;
+    if (b >= top) top = b + 1;
+  }
+  for (cut = top; cut-- > 0;) {
+    acc += h->hist[cut];
+    if (acc >= want) break;
+  }
+  if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  memset(h->hist, 0, top * sizeof *h->hist);
+  if (acc == 0) {
+    h->reclaim_failed_at = now + 1;
+    return 0;
+  }
+  /* the pages to take: older than the cut bucket, and of the cut bucket while `want` lasts
+   * (page_young becomes 1 for a page taken, 0 otherwise) */
+  acc = 0;
+  for (p = 0; p < h->n_pages; p++) {
+    uint32_t y = h->page_young[p];
+    if (y != UINT32_MAX && y != 0) {
+      b = y / AGE_WIDTH < EMC__HIST_BUCKETS ? y / AGE_WIDTH : EMC__HIST_BUCKETS - 1;
+      if (b > cut || (b == cut && acc < want)) {
+        acc += b == cut;
+        h->page_young[p] = 1;
+        taken++;
+        continue;
+      }
+    }
+    h->page_young[p] = 0;
+  }
+  for (i = 0; i < h->ix_slots; i++) {
+    uint32_t t;
+    uint64_t lm, key;
+    if (pool_entry(h, i, &t, &lm, &key) && h->page_young[emc__lm_loc(lm) / h->max_slots])
+      (void)evict_entry(c, i, t, key, lm, 1);
+  }
+  return taken > 0;
 }
 
 int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now) {

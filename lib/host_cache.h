@@ -105,6 +105,8 @@ struct emc__host_cache {
   uint64_t passes_above_low, max_after_pass, calls_above_high, repacks;
   /* eviction scratch (writer only) */
   uint64_t *hist;             /* EMC__HIST_BUCKETS */
+  uint32_t *page_young;       /* n_pages: the age of each page's newest row (emc__reclaim_page) */
+  uint64_t reclaim_failed_at; /* newest clock + 1 of a reclaim that found no page to take */
   /* prefetch pins (train_host.c; writer only but the gauges, read atomic) */
   emc__pin_list *pins;        /* prefetch_depth + 1 lists: the keys each live prefetch pinned */
   uint32_t n_pin_lists;       /* prefetch_depth + 1 */
@@ -342,6 +344,11 @@ EMC_INTERNAL void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32
 EMC_INTERNAL uint32_t emc__evict_at(emc_cache *c, uint64_t pos);
 /* Clamp stamps older than EMC__AGE_CLAMP (writer); see item/policy.h "LRU stamps". */
 EMC_INTERNAL void emc__age_stamps(emc_cache *c, uint64_t now);
+/* Free pages for a table that has none with a free slot while no page is free: every row of
+ * the n_pages / 64 pages (at least one) whose newest rows are oldest is evicted as a pass
+ * would (not a page holding a pinned row or one touched at the newest tick). 1 when pages went
+ * back to the arena. Writer. */
+EMC_INTERNAL int emc__reclaim_page(emc_cache *c, uint64_t now);
 
 /* ---------------------------------------------------------------- reads (lookup_host.c, read_pipe.c) */
 /* What a lookup's reads found. */
