@@ -32,6 +32,7 @@
 #include "host_cache.h"
 
 #define AGE_WIDTH (EMC__AGE_CLAMP / EMC__HIST_BUCKETS) /* calls per histogram bucket */
+#define RECLAIM_RETRY 64u /* ticks before a reclaim that found no page is tried again */
 
 void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc) {
   emc__host_cache *h = c->host;
@@ -235,15 +236,20 @@ static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
  * newest rows are oldest give up their rows, evicted as a pass evicts them. One walk of the
  * index for each page's youngest age, a histogram of those ages (the pass's, EMC__HIST_BUCKETS
  * buckets of AGE_WIDTH ticks) for the cut, one walk for the rows. Pages holding a pinned row
- * or a row touched at the newest tick are not taken (the caller's own rows stay); when no page
- * can be taken, none is looked for again until the clock moves. */
+ * or a row touched at the newest tick are not taken (the caller's own rows stay, when its
+ * clock is the newest); when no page can be taken, none is looked for again until a pass ran
+ * or RECLAIM_RETRY ticks went by. */
 int emc__reclaim_page(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
-  uint64_t want = h->n_pages / 64 ? h->n_pages / 64 : 1, acc = 0, taken = 0;
+  uint64_t want = h->n_pages / 64 ? h->n_pages / 64 : 1, acc = 0, taken = 0, from_cut;
   uint32_t p, b, cut, top = 0;
   now = newest_clock(h, now);
-  if (h->reclaim_failed_at == now + 1) return 0;
+  /* (after a walk that found no page: not again until a pass ran or RECLAIM_RETRY ticks went
+   * by, so pinned rows on every page cost a walk per RECLAIM_RETRY calls, not per call) */
+  if (h->reclaim_failed_at && h->reclaim_failed_passes == h->n_passes &&
+      now < h->reclaim_failed_at + RECLAIM_RETRY)
+    return 0;
   for (p = 0; p < h->n_pages; p++) h->page_young[p] = UINT32_MAX;
   for (i = 0; i < h->ix_slots; i++) {
     uint64_t k = emc__ix_key(&h->ix, i), lm;
@@ -268,20 +274,23 @@ int emc__reclaim_page(emc_cache *c, uint64_t now) {
     if (acc >= want) break;
   }
   if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  /* the cut bucket gives what the older buckets leave of `want` */
+  from_cut = acc < want ? acc : want - (acc - h->hist[cut]);
   memset(h->hist, 0, top * sizeof *h->hist);
   if (acc == 0) {
     h->reclaim_failed_at = now + 1;
+    h->reclaim_failed_passes = h->n_passes;
     return 0;
   }
+  h->reclaim_failed_at = 0;
   /* the pages to take: older than the cut bucket, and of the cut bucket while `want` lasts
    * (page_young becomes 1 for a page taken, 0 otherwise) */
-  acc = 0;
   for (p = 0; p < h->n_pages; p++) {
     uint32_t y = h->page_young[p];
     if (y != UINT32_MAX && y != 0) {
       b = y / AGE_WIDTH < EMC__HIST_BUCKETS ? y / AGE_WIDTH : EMC__HIST_BUCKETS - 1;
-      if (b > cut || (b == cut && acc < want)) {
-        acc += b == cut;
+      if (b > cut || (b == cut && from_cut > 0)) {
+        from_cut -= b == cut;
         h->page_young[p] = 1;
         taken++;
         continue;

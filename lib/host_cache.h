@@ -107,6 +107,7 @@ struct emc__host_cache {
   uint64_t *hist;             /* EMC__HIST_BUCKETS */
   uint32_t *page_young;       /* n_pages: the age of each page's newest row (emc__reclaim_page) */
   uint64_t reclaim_failed_at; /* newest clock + 1 of a reclaim that found no page to take */
+  uint64_t reclaim_failed_passes; /* ... and n_passes then */
   /* prefetch pins (train_host.c; writer only but the gauges, read atomic) */
   emc__pin_list *pins;        /* prefetch_depth + 1 lists: the keys each live prefetch pinned */
   uint32_t n_pin_lists;       /* prefetch_depth + 1 */

@@ -390,13 +390,15 @@ END_TEST
  * moves to table 1, its misses find no page, the bytes in use stay under t1, and no pass
  * runs: table 1 kept 180 of a 250-row working set for good, every later miss skipped, with
  * 55 KiB of a 64 KiB cache in use and table 0's rows never read again. A table that finds no
- * page must take one back: the page whose newest row is oldest, its rows evicted. */
+ * page must take one back: the page whose newest row is oldest, its rows evicted. Loop 0:
+ * table 0's rows looked up; 1: inserted (dirty: a page taken back writes them back first); 2:
+ * looked up, then 8 of them pinned by emc_prefetch (their pages are not taken). */
 START_TEST(a_table_without_pages_takes_one_back) {
   static const emct_tspec spec[2] = {{EMC_TABLE_DENSE, 20000, 16, EMC_DTYPE_F32, 0, 0},
                                      {EMC_TABLE_DENSE, 20000, 16, EMC_DTYPE_F32, 0, 0}};
-  enum { A_BATCH = 100, A_BATCHES = 300, B_ROWS = 250, B_REPS = 8 };
-  static uint64_t ids[B_ROWS], ranks[B_ROWS];
-  static unsigned char out[B_ROWS * 64];
+  enum { A_BATCH = 100, A_BATCHES = 300, B_ROWS = 250, B_REPS = 8, PINS = 8 };
+  static uint64_t ids[B_ROWS], ranks[B_ROWS], pin_ids[PINS];
+  static unsigned char out[B_ROWS * 64], rows[A_BATCH * 64];
   static uint8_t where[B_ROWS];
   emct_world w;
   emct_rng rng;
@@ -410,14 +412,26 @@ START_TEST(a_table_without_pages_takes_one_back) {
   for (b = 0; b < A_BATCHES; b++) { /* table 0, uniform: LRU passes leave holes everywhere */
     for (i = 0; i < A_BATCH; i++) ids[i] = emct_id_of(&w, 0, ranks[i] = emct_rng_below(&rng, 20000));
     offs[0] = 0, offs[1] = A_BATCH, offs[2] = A_BATCH;
-    EMCT_OK(emc_lookup(c, ids, offs, out, NULL));
+    if (_i == 1) {
+      pattern_batch(&w, ids, offs, (uint64_t)b, rows);
+      EMCT_OK(emc_insert(c, ids, offs, rows, NULL));
+      emct_world_apply_insert(&w, ranks, offs, rows);
+    } else {
+      EMCT_OK(emc_lookup(c, ids, offs, out, NULL));
+    }
   }
   ck_assert_uint_gt(get_stats(c).evictions, 0);
+  if (_i == 2) { /* the last batch's first ids, pinned */
+    memcpy(pin_ids, ids, sizeof pin_ids);
+    offs[0] = 0, offs[1] = PINS, offs[2] = PINS;
+    EMCT_OK(emc_prefetch(c, pin_ids, offs, NULL));
+    ck_assert_uint_gt(get_stats(c).pinned_rows, 0);
+  }
   for (b = 0; b < B_REPS; b++) { /* then table 1 only */
     uint64_t skipped = get_stats(c).admit_skipped;
     for (i = 0; i < B_ROWS; i++) ids[i] = emct_id_of(&w, 1, ranks[i] = i);
     offs[0] = 0, offs[1] = 0, offs[2] = B_ROWS;
-    lookup_checked(c, &w, ids, ranks, offs, out, where, 1, "table 1");
+    lookup_checked(c, &w, ids, ranks, offs, out, where, _i != 1, "table 1");
     st = get_stats(c);
     if (b == 0) continue;
     for (i = 0; i < B_ROWS; i++)
@@ -428,6 +442,14 @@ START_TEST(a_table_without_pages_takes_one_back) {
                     (unsigned long long)st.admit_skipped);
     ck_assert_uint_eq(st.admit_skipped, skipped);
   }
+  if (_i == 2) { /* the pinned rows stayed */
+    offs[0] = 0, offs[1] = PINS, offs[2] = PINS;
+    for (i = 0; i < PINS; i++) ranks[i] = pin_ids[i];
+    lookup_checked(c, &w, pin_ids, ranks, offs, out, where, 1, "pinned rows");
+    for (i = 0; i < PINS; i++) ck_assert_int_eq(where[i], EMC_WHERE_CACHE);
+  }
+  EMCT_OK(emc_flush(c, NULL));
+  emct_world_check_store(&w, "after pages were taken back"); /* dirty rows written back */
   EMCT_OK(emc_cache_destroy(c));
   emct_world_free(&w);
 }
@@ -442,5 +464,5 @@ void cache_edges_tests(TCase *te) {
   tcase_add_test(te, hashed_key_collision);
   tcase_add_test(te, lookup_ex_where);
   tcase_add_loop_test(te, index_sized_by_store, 0, 2);
-  tcase_add_test(te, a_table_without_pages_takes_one_back);
+  tcase_add_loop_test(te, a_table_without_pages_takes_one_back, 0, 3);
 }
