@@ -357,6 +357,65 @@ START_TEST(repeated_misses_waste_no_pages) {
 }
 END_TEST
 
+/* A page belongs to one table until it is empty: after passes under table 0's uniform load
+ * every page it holds has free slots, and table 1's later load found no page, under t1, with
+ * no pass to run (the host backend's twin: cache_edges.c). A plan that runs out of pages makes
+ * the next writer call take pages back (evict.cu, reclaim), a few each call, so table 1's
+ * working set is all cached after some repeats. */
+START_TEST(a_table_without_pages_takes_one_back) {
+  static const emct_tspec spec[2] = {{EMC_TABLE_DENSE, 20000, 16, EMC_DTYPE_F32, 0, 0},
+                                     {EMC_TABLE_DENSE, 20000, 16, EMC_DTYPE_F32, 0, 0}};
+  enum { A_BATCH = 100, B_ROWS = 250, B_REPS = 12, ROW = 64 };
+  static uint64_t ids[B_ROWS];
+  static unsigned char out[B_ROWS * ROW];
+  static uint8_t where[B_ROWS];
+  const int a_batches = quick ? 100 : 300;
+  emct_world w;
+  emct_rng rng;
+  emc_cache_config cfg;
+  emc_cache *c;
+  emc_stats st;
+  uint64_t offs[3], i, skipped = 0;
+  int b;
+  emct_world_init(&w, spec, 2, 1.0, 91);
+  emct_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_CUDA;
+  cfg.capacity_bytes = 64u << 10;
+  EMCT_OK(emc_cache_create(w.store, &cfg, &c));
+  emct_rng_seed(&rng, 7);
+  for (b = 0; b < a_batches; b++) {
+    for (i = 0; i < A_BATCH; i++) ids[i] = emct_rng_below(&rng, 20000);
+    offs[0] = 0, offs[1] = A_BATCH, offs[2] = A_BATCH;
+    EMCT_OK(emc_lookup(c, ids, offs, out, NULL));
+  }
+  EMCT_OK(emc_flush(c, NULL));
+  ck_assert_uint_gt(get_stats(c).evictions, 0);
+  for (b = 0; b < B_REPS; b++) {
+    for (i = 0; i < B_ROWS; i++) ids[i] = i;
+    offs[0] = 0, offs[1] = 0, offs[2] = B_ROWS;
+    EMCT_OK(emc_lookup_ex(c, ids, offs, out, where, NULL));
+    for (i = 0; i < B_ROWS; i++)
+      ck_assert(memcmp(out + i * ROW, w.ref[1] + i * ROW, ROW) == 0);
+    EMCT_OK(emc_flush(c, NULL)); /* (the admissions done: the next repeat sees them) */
+    st = get_stats(c);
+    if (b >= B_REPS - 2) {
+      for (i = 0; i < B_ROWS; i++)
+        ck_assert_msg(where[i] == EMC_WHERE_CACHE, "repeat %d: table 1 row %llu missed (%llu of "
+                      "%zu bytes in use, %llu bytes of pages held, %llu misses skipped)", b,
+                      (unsigned long long)i, (unsigned long long)st.bytes_in_use,
+                      cfg.capacity_bytes, (unsigned long long)st.bytes_reserved,
+                      (unsigned long long)st.admit_skipped);
+      if (b == B_REPS - 1) ck_assert_uint_eq(st.admit_skipped, skipped);
+    }
+    skipped = st.admit_skipped;
+  }
+  EMCT_OK(emc__cuda_check(c));
+  EMCT_OK(emc_cache_destroy(c));
+  emct_world_check_store(&w, "after pages were taken back");
+  emct_world_free(&w);
+}
+END_TEST
+
 /* Near-uniform ids over large tables through a small cache: nearly every lookup misses, each
  * writer call evicts what the last one admitted, and the index fills with tombstones unless the
  * re-pack keeps up (index_probeable, after every lookup). */
@@ -713,6 +772,7 @@ int main(void) {
   tcase_add_test(tc, batch_larger_than_cache);
   tcase_add_test(tc, miss_churn_keeps_index_probeable);
   tcase_add_test(tc, repeated_misses_waste_no_pages);
+  tcase_add_test(tc, a_table_without_pages_takes_one_back);
   tcase_add_test(tc, large_cache_no_eviction);
   tcase_add_test(tc, random_shapes);
   tcase_add_test(tc, two_streams_and_an_inserter);
