@@ -12,8 +12,9 @@
  *            are due for aging), or else its page stage alone, to collect the free slots
  *            earlier calls were granted and left (g->stranded: granted by plan, less what
  *            publish took) once they add up to a page, or when the free page stack cannot
- *            hold the demand
- *   evict    the pass, when decided (evict.cu); its kernels return at once otherwise
+ *            hold the demand; and whether pages are taken back (an earlier plan ran out)
+ *   evict    the pass, when decided, and the reclaim (evict.cu); their kernels return at once
+ *            otherwise
  *   plan     (1 block) room below t1 shared between tables in table order by one block-wide
  *            scan (emc__plan_allow); per table, one thread grants slots from its pages with free
  *            slots, its current page and new pages from the free stack (grants: page, count,
@@ -55,6 +56,7 @@ __global__ void k_wr_begin(const __grid_constant__ wr_args A) {
   g->pages_inited = 0;
   g->pass_active = 0;
   g->collect = 0;
+  g->reclaim = 0;
   g->aging = 0;
   g->pf_new_n = 0;
   g->batch_bytes = 0;
@@ -91,6 +93,13 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_wr_demand(const __grid_const
     g->need = g->pass_active ? min(total - V.low, g->bytes_in_use) : 0;
     g->cut_taken = 0;
     if (g->pass_active) g->passes++;
+    /* an earlier plan ran out of pages: take some back (evict.cu, reclaim), unless the last
+     * reclaim found none and neither a pass nor EMC_RECLAIM_RETRY ticks went by since */
+    if (g->page_short) {
+      g->page_short = 0;
+      g->reclaim = !(g->rc_failed_at != 0 && g->rc_failed_passes == g->passes &&
+                     g->clock - (g->rc_failed_at - 1u) < EMC_RECLAIM_RETRY);
+    }
     /* (the re-pack sweep decides for itself, after this call's evictions and admissions:
      * maint.cu, k_repack) */
   }
@@ -126,8 +135,9 @@ __device__ void grant_table(const dview &V, const dcall &C, uint32_t t) {
     if (p == EMC_NONE32 || cur_used || hdr_of(V, p)->live == L->n_slots) {
       uint32_t top = atomicSub(&V.g->free_top, 1u);
       emc__page_hdr *h;
-      if (top == 0 || top > V.n_pages) { /* no free page left */
+      if (top == 0 || top > V.n_pages) { /* no free page left: the next call reclaims */
         atomicAdd(&V.g->free_top, 1u);
+        V.g->page_short = 1u;
         break;
       }
       p = V.free_pages[top - 1u];

@@ -179,7 +179,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   k->meta_bytes = k->index_bytes + (size_t)geo.n_pages * per_page;
 
   /* refuse a budget the device cannot hold (arena, index, page lists, write-back cells) */
-  need_b = k->arena_bytes + k->index_bytes + (size_t)geo.n_pages * 12 + EMC_WB_CELLS * 4;
+  need_b = k->arena_bytes + k->index_bytes + (size_t)geo.n_pages * 16 + EMC_WB_CELLS * 4;
   CUG(cudaMemGetInfo(&free_b, &total_b));
   if (need_b > free_b) {
     st = EMC_FAIL(EMC_EDEVMEM,
@@ -236,6 +236,7 @@ extern "C" emc_status emc__cuda_create(emc_cache *c) {
   CUG(emc__cu_malloc((void **)&k->V.free_pages, (size_t)geo.n_pages * 4));
   CUG(emc__cu_malloc((void **)&k->V.plist, (size_t)geo.n_pages * 4));
   CUG(emc__cu_malloc((void **)&k->V.new_pages, (size_t)geo.n_pages * 4));
+  CUG(emc__cu_malloc((void **)&k->V.page_young, (size_t)geo.n_pages * 4));
   CUG(emc__cu_malloc((void **)&k->V.hist, EMC_HIST * sizeof(ull)));
   CUG(emc__cu_malloc((void **)&k->V.wb_cells, EMC_WB_CELLS * 4));
   CUG(emc__cu_malloc((void **)&k->repack_marks, EMC_REPACK_STEP));
@@ -307,6 +308,7 @@ extern "C" void emc__cuda_destroy(emc_cache *c) {
   cudaFree(k->V.free_pages);
   cudaFree(k->V.plist);
   cudaFree(k->V.new_pages);
+  cudaFree(k->V.page_young);
   cudaFree(k->V.hist);
   cudaFree(k->V.wb_cells);
   cudaFree(k->repack_marks);

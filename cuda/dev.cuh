@@ -42,6 +42,7 @@ typedef unsigned long long ull;
 #define EMC_REPACK_STEP 4096u         /* buckets re-packed per writer call (urgent: all) */
 #define EMC_REPACK_LONG 8192u         /* longest cluster the re-pack takes (buckets) */
 #define EMC_HIST 4096u                /* age histogram buckets (EMC__AGE_CLAMP / 8 calls) */
+#define EMC_RECLAIM_RETRY 64u         /* ticks before a fruitless reclaim is tried again */
 
 /* ---------------------------------------------------------------- device state */
 /* Per-table constants (device array, read-only after create). */
@@ -92,7 +93,11 @@ typedef struct dglob {
   uint32_t aged_at;                   /* clock of the last stamp aging */
   uint32_t free_top;                  /* free page stack */
   uint32_t pass_active, aging, cut, n_new_pages, n_grants;
-  uint32_t collect, pad1_;            /* the call collects pages' free slots (evict.cu) */
+  uint32_t collect, reclaim;          /* the call collects pages' free slots, takes pages back
+                                         (evict.cu) */
+  uint32_t page_short;                /* a plan found no page for a table (evict.cu, reclaim) */
+  uint32_t rc_failed_at;              /* clock + 1 of a reclaim that found no page to take */
+  ull rc_failed_passes;               /* ... and the passes run then */
   ull stranded;                       /* slot bytes granted since the last collection and not
                                          published (the id was cached meanwhile: admit.cu) */
   /* prefetch pins (train.cu) */
@@ -129,6 +134,7 @@ typedef struct dview {
   uint32_t *free_pages;         /* n_pages: free page stack */
   uint32_t *plist;              /* n_pages: pages with free slots, grouped by table */
   uint32_t *new_pages;          /* n_pages: pages this call took from the stack */
+  uint32_t *page_young;         /* n_pages: a reclaim's youngest age per page, then its marks */
   ull *hist;                    /* EMC_HIST */
   uint32_t *wb_cells;           /* EMC_WB_CELLS seqlocks of store-row writes (wb_begin) */
   ull *bad_mirror;              /* mapped host words: [0] a lookup saw a bad dense id,

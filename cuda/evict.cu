@@ -21,7 +21,8 @@
  *            are counted per table
  *   lists    (1 block) each table's segment of the list of pages with free slots
  *   scatter  a thread per page: the pages with free slots into their table's segment
- * The page stage (pages, lists, scatter) also runs alone, without a pass, when the writer call
+ * Then, when a plan ran out of pages, the reclaim (young, cut, sweep: below). The page stage
+ * (pages, lists, scatter) also runs alone, without a pass, after a reclaim, and when the writer call
  * collects (g->collect, decided with the pass by admit.cu's demand kernel): a writer call whose
  * misses an earlier call had admitted meanwhile (lookups run ahead of the writer stream)
  * leaves their granted slots free, in pages a grant may never offer again (no longer the
@@ -34,7 +35,9 @@
 
 __device__ __forceinline__ int pass_on(const dview &V) { return V.g->pass_active || V.g->aging; }
 /* the page stage runs in a pass, and alone when the writer call collects free slots */
-__device__ __forceinline__ int pages_on(const dview &V) { return V.g->pass_active || V.g->collect; }
+__device__ __forceinline__ int pages_on(const dview &V) {
+  return V.g->pass_active || V.g->collect || V.g->reclaim;
+}
 
 /* The live, unpinned pool entry at index slot i (what a pass may evict): its lm (0 when
  * none). */
@@ -122,81 +125,177 @@ __global__ void k_ev_cut(const __grid_constant__ dview V) {
   g->cut_need = g->need - acc;
 }
 
+/* What a sweep's thread evicted (added to the counters once, at its end). */
+typedef struct ev_tally {
+  ull freed, ev, wb, dirty_gone, live_gone, tombs;
+} ev_tally;
+
+/* Evict the live, unpinned pool entry at index slot i (key, lm), as a pass evicts it. */
+__device__ void evict_slot(const dview &V, uint64_t i, uint64_t key, uint64_t lm, ev_tally *n) {
+  dglob *g = V.g;
+  const uint32_t loc = emc__lm_loc(lm), p = loc / V.max_slots, s = loc % V.max_slots;
+  const uint32_t t = hdr_of(V, p)->table;
+  const dtab *tb = &V.tabs[t];
+  unsigned char *pg = page_of(V, p);
+  int64_t row = -1;
+  /* 1. a dirty row reaches the store before its entry goes */
+  if (lm & EMC__LM_DIRTY) {
+    uint64_t id = tb->L.off_owner ? *emc__slot_owner(pg, &tb->L, s) : emc__unmix(key & tb->code.fmask, tb->code.fbits);
+    int64_t r = tb->kind == EMC_TABLE_DENSE ? (int64_t)id
+                                            : emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
+    wb_begin(V, key);
+    if (r >= 0) emc__row_store(tb->base + (uint64_t)r * tb->stride, emc__slot_row(pg, &tb->L, s), tb->full_bytes);
+    wb_end(V, key);
+    n->wb++;
+    n->dirty_gone++;
+  }
+  /* 2. the entry: a unified-index entry to the store row (hashed), or gone */
+  if (tb->kind == EMC_TABLE_HASHED && V.unified_max > 0) {
+    if (atomicAdd(&g->host_entries, 1ull) < V.unified_max) {
+      row = emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, *emc__slot_owner(pg, &tb->L, s));
+      if (row < 0 || (uint64_t)row > EMC__LOC_MAX || (uint64_t)row >= tb->code.rows) { /* (a
+                                          shared segment's map written over: no entry) */
+        row = -1;
+        atomicAdd(&g->host_entries, ~0ull);
+      }
+    } else {
+      atomicAdd(&g->host_entries, ~0ull);
+    }
+  }
+  if (row >= 0) {
+    uint32_t meta = atomicAdd(&g->meta_seq, EMC__META_STEP) + EMC__META_STEP;
+    atomicExch((ull *)&V.ix.lm[i], (ull)emc__lm_make(EMC__LOC_HOST | (uint32_t)row, meta & ~EMC__META_FLAGS));
+    __threadfence();
+  } else {
+    n->tombs += remove_entry(V, i);
+    n->live_gone++;
+  }
+  /* 3. the slot is free */
+  atomicOr((ull *)&emc__page_bitmap(pg, &tb->L)[s / 64], 1ull << (s % 64));
+  atomicSub(&hdr_of(V, p)->live, 1u);
+  atomicAdd(&V.ts[t].rows_cached, ~0ull);
+  n->freed += tb->stride;
+  n->ev++;
+}
+
+__device__ void tally_add(const dview &V, const ev_tally &n) {
+  dglob *g = V.g;
+  if (!n.ev) return;
+  atomicAdd(&g->bytes_in_use, (ull)0 - n.freed);
+  atomicAdd(&g->evictions, n.ev);
+  if (n.wb) atomicAdd(&g->writebacks, n.wb);
+  if (n.dirty_gone) atomicAdd(&g->dirty_rows, (ull)0 - n.dirty_gone);
+  if (n.live_gone) atomicAdd(&g->ix_live, (ull)0 - n.live_gone);
+  if (n.tombs) atomicAdd(&g->ix_tomb, n.tombs);
+}
+
 __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview V) {
   dglob *g = V.g;
   const uint32_t now = g->clock, cut = g->cut;
   const ull cut_need = g->cut_need;
-  ull freed = 0, ev = 0, wb = 0, dirty_gone = 0, live_gone = 0, tombs = 0, unified = 0;
+  ev_tally n = {0, 0, 0, 0, 0, 0};
   if (!g->pass_active) return;
   GRID_STRIDE(i, V.ix.n_buckets * EMC__BUCKET) {
     uint64_t key = 0, lm = pool_entry(V, i, &key);
-    uint32_t age, b, loc, p, s, t;
-    const dtab *tb;
-    unsigned char *pg;
-    int64_t row = -1;
+    uint32_t age, b;
     if (!lm) continue;
     age = emc__stamp_age(now, V.ix.stamps[i]);
     if (age == 0) continue; /* touched at this tick: stays */
     if (age > EMC__AGE_CLAMP) age = EMC__AGE_CLAMP;
     b = age / (EMC__AGE_CLAMP / EMC_HIST);
     if (b >= EMC_HIST) b = EMC_HIST - 1;
-    loc = emc__lm_loc(lm);
-    p = loc / V.max_slots;
-    s = loc % V.max_slots;
-    t = hdr_of(V, p)->table;
-    tb = &V.tabs[t];
     if (b < cut) continue;
-    if (b == cut && atomicAdd(&g->cut_taken, (ull)tb->stride) >= cut_need) continue;
-    pg = page_of(V, p);
-    /* 1. a dirty row reaches the store before its entry goes */
-    if (lm & EMC__LM_DIRTY) {
-      uint64_t id = tb->L.off_owner ? *emc__slot_owner(pg, &tb->L, s) : emc__unmix(key & tb->code.fmask, tb->code.fbits);
-      int64_t r = tb->kind == EMC_TABLE_DENSE ? (int64_t)id
-                                              : emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, id);
-      wb_begin(V, key);
-      if (r >= 0) emc__row_store(tb->base + (uint64_t)r * tb->stride, emc__slot_row(pg, &tb->L, s), tb->full_bytes);
-      wb_end(V, key);
-      wb++;
-      dirty_gone++;
-    }
-    /* 2. the entry: a unified-index entry to the store row (hashed), or gone */
-    if (tb->kind == EMC_TABLE_HASHED && V.unified_max > 0) {
-      if (atomicAdd(&g->host_entries, 1ull) < V.unified_max) {
-        row = emc__map_find(tb->map_ids, tb->map_rowp1, tb->map_cap, *emc__slot_owner(pg, &tb->L, s));
-        if (row < 0 || (uint64_t)row > EMC__LOC_MAX || (uint64_t)row >= tb->code.rows) { /* (a
-                                            shared segment's map written over: no entry) */
-          row = -1;
-          atomicAdd(&g->host_entries, ~0ull);
-        }
-      } else {
-        atomicAdd(&g->host_entries, ~0ull);
-      }
-    }
-    if (row >= 0) {
-      uint32_t meta = atomicAdd(&g->meta_seq, EMC__META_STEP) + EMC__META_STEP;
-      atomicExch((ull *)&V.ix.lm[i], (ull)emc__lm_make(EMC__LOC_HOST | (uint32_t)row, meta & ~EMC__META_FLAGS));
-      __threadfence();
-      unified++;
-    } else {
-      tombs += remove_entry(V, i);
-      live_gone++;
-    }
-    /* 3. the slot is free */
-    atomicOr((ull *)&emc__page_bitmap(pg, &tb->L)[s / 64], 1ull << (s % 64));
-    atomicSub(&hdr_of(V, p)->live, 1u);
-    atomicAdd(&V.ts[t].rows_cached, ~0ull);
-    freed += tb->stride;
-    ev++;
+    if (b == cut && atomicAdd(&g->cut_taken, (ull)V.tabs[hdr_of(V, emc__lm_loc(lm) / V.max_slots)->table].stride) >= cut_need) continue;
+    evict_slot(V, i, key, lm, &n);
   }
-  if (ev) {
-    atomicAdd(&g->bytes_in_use, (ull)0 - freed);
-    atomicAdd(&g->evictions, ev);
-    if (wb) atomicAdd(&g->writebacks, wb);
-    if (dirty_gone) atomicAdd(&g->dirty_rows, (ull)0 - dirty_gone);
-    if (live_gone) atomicAdd(&g->ix_live, (ull)0 - live_gone);
-    if (tombs) atomicAdd(&g->ix_tomb, tombs);
+  tally_add(V, n);
+}
+
+/* ---------------------------------------------------------------- reclaim
+ * Pages belong to a table until they are empty, and a pass evicts rows in LRU order wherever
+ * they lie: after passes under one table's load every page it holds may have free slots that
+ * no other table can use, and another table's misses then find no page while the bytes in
+ * use stay under t1, so no pass runs. A plan that runs out of pages says so (page_short); the
+ * next writer call takes pages back, LRU by page, as the host backend does (lib/evict.c,
+ * emc__reclaim_page): the n_pages / 64 pages (at least one) whose newest rows are oldest give
+ * up their rows, evicted as a pass evicts them; pages with a pinned row or a row stamped at
+ * this tick are not taken. The page stage that follows returns them to the free stack. A
+ * reclaim that finds no page is not tried again until a pass ran or EMC_RECLAIM_RETRY ticks
+ * went by (admit.cu, demand).
+ *   young  a thread per index slot: each page's youngest age (atomicMin; page_young is all
+ *          UINT32_MAX between reclaims: k_init, k_ev_scatter)
+ *   cut    (1 block) a histogram of the pages' youngest ages in shared memory, the cut from the
+ *          oldest bucket down, page_young becomes 1 for a page taken, 0 otherwise
+ *   sweep  a thread per index slot: the rows of the pages taken */
+__device__ __forceinline__ uint32_t age_bucket(uint32_t age) {
+  uint32_t b = age / (EMC__AGE_CLAMP / EMC_HIST);
+  return b < EMC_HIST ? b : EMC_HIST - 1;
+}
+
+__global__ void __launch_bounds__(256) k_rc_young(const __grid_constant__ dview V) {
+  const uint32_t now = V.g->clock;
+  if (!V.g->reclaim) return;
+  GRID_STRIDE(i, V.ix.n_buckets * EMC__BUCKET) {
+    uint64_t k = ix_key(V.ix, i), lm;
+    uint32_t age;
+    if (k == emc__key_empty(V.key_bits) || k == emc__key_tomb(V.key_bits)) continue;
+    lm = V.ix.lm[i];
+    if (emc__lm_loc(lm) & EMC__LOC_HOST) continue;
+    age = (lm & EMC__LM_PINS) ? 0u : emc__stamp_age(now, V.ix.stamps[i]);
+    if (age > EMC__AGE_CLAMP) age = EMC__AGE_CLAMP;
+    atomicMin(&V.page_young[emc__lm_loc(lm) / V.max_slots], age);
   }
-  (void)unified;
+}
+
+__global__ void __launch_bounds__(EMC_WR_THREADS) k_rc_cut(const __grid_constant__ dview V) {
+  __shared__ uint32_t h[EMC_HIST];
+  __shared__ uint32_t s_cut, s_go;
+  __shared__ ull s_from_cut, s_taken;
+  dglob *g = V.g;
+  if (!g->reclaim) return;
+  for (uint32_t b = threadIdx.x; b < EMC_HIST; b += blockDim.x) h[b] = 0;
+  __syncthreads();
+  for (uint32_t p = threadIdx.x; p < V.n_pages; p += blockDim.x) {
+    uint32_t y = V.page_young[p];
+    if (y != 0xffffffffu && y != 0) atomicAdd(&h[age_bucket(y)], 1u);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const ull want = V.n_pages / 64 ? V.n_pages / 64 : 1;
+    ull acc = 0;
+    uint32_t cut;
+    for (cut = EMC_HIST; cut-- > 0;) {
+      acc += h[cut];
+      if (acc >= want) break;
+    }
+    if (cut >= EMC_HIST) cut = 0;
+    s_cut = cut;
+    s_from_cut = acc < want ? acc : want - (acc - h[cut]); /* what the older buckets leave */
+    s_taken = 0;
+    s_go = acc > 0;
+    g->rc_failed_at = acc > 0 ? 0u : g->clock + 1u;
+    g->rc_failed_passes = g->passes;
+    if (!s_go) g->reclaim = 0; /* nothing to sweep */
+  }
+  __syncthreads();
+  for (uint32_t p = threadIdx.x; p < V.n_pages; p += blockDim.x) {
+    uint32_t y = V.page_young[p], take = 0, b;
+    if (s_go && y != 0xffffffffu && y != 0) {
+      b = age_bucket(y);
+      take = b > s_cut || (b == s_cut && atomicAdd(&s_taken, 1ull) < s_from_cut);
+    }
+    V.page_young[p] = s_go ? take : 0xffffffffu; /* (none taken: as it was, all UINT32_MAX) */
+  }
+}
+
+__global__ void __launch_bounds__(256) k_rc_sweep(const __grid_constant__ dview V) {
+  ev_tally n = {0, 0, 0, 0, 0, 0};
+  if (!V.g->reclaim) return;
+  GRID_STRIDE(i, V.ix.n_buckets * EMC__BUCKET) {
+    uint64_t key = 0, lm = pool_entry(V, i, &key);
+    if (lm && V.page_young[emc__lm_loc(lm) / V.max_slots]) evict_slot(V, i, key, lm, &n);
+  }
+  tally_add(V, n);
 }
 
 /* Empty pages back to the free stack; pages with free slots counted per table. */
@@ -235,10 +334,12 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_ev_lists(const __grid_consta
 }
 
 __global__ void __launch_bounds__(256) k_ev_scatter(const __grid_constant__ dview V) {
+  const uint32_t rc = V.g->reclaim;
   if (!pages_on(V)) return;
   GRID_STRIDE(p, V.n_pages) {
     emc__page_hdr *h = hdr_of(V, p);
     uint32_t t = h->table;
+    if (rc) V.page_young[p] = 0xffffffffu; /* the reclaim's marks go */
     if (t == EMC__PAGE_NONE || h->live >= V.tabs[t].L.n_slots) continue;
     V.plist[V.ts[t].pl_start + atomicAdd(&V.ts[t].pl_fill, 1u)] = (uint32_t)p;
   }
@@ -250,6 +351,9 @@ cudaError_t emc__cu_evict(const emc__cuda_cache *k, cudaStream_t st) {
   EMC_LAUNCH_OR_RETURN(k_ev_hist, grid_for(slots, 256), 256, st, V);
   EMC_LAUNCH_OR_RETURN(k_ev_cut, 1, 1, st, V);
   EMC_LAUNCH_OR_RETURN(k_ev_sweep, grid_for(slots, 256), 256, st, V);
+  EMC_LAUNCH_OR_RETURN(k_rc_young, grid_for(slots, 256), 256, st, V);
+  EMC_LAUNCH_OR_RETURN(k_rc_cut, 1, EMC_WR_THREADS, st, V);
+  EMC_LAUNCH_OR_RETURN(k_rc_sweep, grid_for(slots, 256), 256, st, V);
   EMC_LAUNCH_OR_RETURN(k_ev_pages, grid_for(V.n_pages, 256), 256, st, V);
   EMC_LAUNCH_OR_RETURN(k_ev_lists, 1, EMC_WR_THREADS, st, V);
   EMC_LAUNCH_OR_RETURN(k_ev_scatter, grid_for(V.n_pages, 256), 256, st, V);

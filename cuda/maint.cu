@@ -25,6 +25,7 @@ __global__ void k_init(const __grid_constant__ dview V) {
   }
   GRID_STRIDE(p, V.n_pages) {
     emc__page_hdr *h = hdr_of(V, p);
+    V.page_young[p] = 0xffffffffu; /* (evict.cu, reclaim) */
     memset(h, 0, sizeof *h);
     h->table = EMC__PAGE_NONE;
     V.free_pages[p] = V.n_pages - 1u - (uint32_t)p; /* page 0 on top */
