@@ -93,12 +93,14 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_wr_demand(const __grid_const
     g->need = g->pass_active ? min(total - V.low, g->bytes_in_use) : 0;
     g->cut_taken = 0;
     if (g->pass_active) g->passes++;
-    /* an earlier plan ran out of pages: take some back (evict.cu, reclaim), unless the last
-     * reclaim found none and neither a pass nor EMC_RECLAIM_RETRY ticks went by since */
+    /* an earlier plan ran out of pages: take some back (evict.cu, reclaim), unless this call
+     * collects (the stranded slots may be all it lacked: a plan still short after it says
+     * so again), or the last reclaim found none and neither a pass nor EMC_RECLAIM_RETRY
+     * ticks went by since */
     if (g->page_short) {
       g->page_short = 0;
-      g->reclaim = !(g->rc_failed_at != 0 && g->rc_failed_passes == g->passes &&
-                     g->clock - (g->rc_failed_at - 1u) < EMC_RECLAIM_RETRY);
+      g->reclaim = !g->collect && !(g->rc_failed_at != 0 && g->rc_failed_passes == g->passes &&
+                                    g->clock - (g->rc_failed_at - 1u) < EMC_RECLAIM_RETRY);
     }
     /* (the re-pack sweep decides for itself, after this call's evictions and admissions:
      * maint.cu, k_repack) */
@@ -424,6 +426,10 @@ __global__ void __launch_bounds__(256) k_wr_end(const __grid_constant__ wr_args 
   dglob *g = V.g;
   const uint32_t np = g->pages_inited ? 0u : g->n_new_pages;
   for (uint32_t i = 0; i < np; i++) page_init(V, V.new_pages[i], threadIdx.x, blockDim.x);
+  /* a reclaim's marks (or its ages, when a kernel after it failed to enqueue) go: every page
+   * back to UINT32_MAX for the next reclaim (evict.cu) */
+  if (g->reclaim)
+    for (uint32_t p = threadIdx.x; p < V.n_pages; p += blockDim.x) V.page_young[p] = 0xffffffffu;
   for (uint32_t t = threadIdx.x; t < V.n_tables; t += blockDim.x) {
     if (C.need) C.need[t] = 0;
     V.ts[t].need = 0;

@@ -223,7 +223,8 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
  * reclaim that finds no page is not tried again until a pass ran or EMC_RECLAIM_RETRY ticks
  * went by (admit.cu, demand).
  *   young  a thread per index slot: each page's youngest age (atomicMin; page_young is all
- *          UINT32_MAX between reclaims: k_init, k_ev_scatter)
+ *          UINT32_MAX between reclaims: k_init, then k_rc_cut when it takes none, or the
+ *          section's k_wr_end, which always runs, or closes the section later)
  *   cut    (1 block) a histogram of the pages' youngest ages in shared memory, the cut from the
  *          oldest bucket down, page_young becomes 1 for a page taken, 0 otherwise
  *   sweep  a thread per index slot: the rows of the pages taken */
@@ -334,12 +335,10 @@ __global__ void __launch_bounds__(EMC_WR_THREADS) k_ev_lists(const __grid_consta
 }
 
 __global__ void __launch_bounds__(256) k_ev_scatter(const __grid_constant__ dview V) {
-  const uint32_t rc = V.g->reclaim;
   if (!pages_on(V)) return;
   GRID_STRIDE(p, V.n_pages) {
     emc__page_hdr *h = hdr_of(V, p);
     uint32_t t = h->table;
-    if (rc) V.page_young[p] = 0xffffffffu; /* the reclaim's marks go */
     if (t == EMC__PAGE_NONE || h->live >= V.tabs[t].L.n_slots) continue;
     V.plist[V.ts[t].pl_start + atomicAdd(&V.ts[t].pl_fill, 1u)] = (uint32_t)p;
   }
