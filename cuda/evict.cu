@@ -34,6 +34,11 @@
 #include "dev_cub.cuh"
 
 __device__ __forceinline__ int pass_on(const dview &V) { return V.g->pass_active || V.g->aging; }
+/* The histogram bucket of an age (the oldest bucket takes every age past it). */
+__device__ __forceinline__ uint32_t age_bucket(uint32_t age) {
+  uint32_t b = age / (EMC__AGE_CLAMP / EMC_HIST);
+  return b < EMC_HIST ? b : EMC_HIST - 1;
+}
 /* the page stage runs in a pass, and alone when the writer call collects free slots */
 __device__ __forceinline__ int pages_on(const dview &V) {
   return V.g->pass_active || V.g->collect || V.g->reclaim;
@@ -96,8 +101,7 @@ __global__ void __launch_bounds__(256) k_ev_hist(const __grid_constant__ dview V
     }
     if (active && !(lm & EMC__LM_PINS)) { /* pinned rows are clamped, never counted */
       uint32_t t = hdr_of(V, emc__lm_loc(lm) / V.max_slots)->table;
-      uint32_t b = age / (EMC__AGE_CLAMP / EMC_HIST);
-      atomicAdd(&h[b < EMC_HIST ? b : EMC_HIST - 1], (ull)V.tabs[t].stride);
+      atomicAdd(&h[age_bucket(age)], (ull)V.tabs[t].stride);
     }
   }
   if (dropped) {
@@ -202,8 +206,7 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
     age = emc__stamp_age(now, V.ix.stamps[i]);
     if (age == 0) continue; /* touched at this tick: stays */
     if (age > EMC__AGE_CLAMP) age = EMC__AGE_CLAMP;
-    b = age / (EMC__AGE_CLAMP / EMC_HIST);
-    if (b >= EMC_HIST) b = EMC_HIST - 1;
+    b = age_bucket(age);
     if (b < cut) continue;
     if (b == cut && atomicAdd(&g->cut_taken, (ull)V.tabs[hdr_of(V, emc__lm_loc(lm) / V.max_slots)->table].stride) >= cut_need) continue;
     evict_slot(V, i, key, lm, &n);
@@ -228,11 +231,6 @@ __global__ void __launch_bounds__(256) k_ev_sweep(const __grid_constant__ dview 
  *   cut    (1 block) a histogram of the pages' youngest ages in shared memory, the cut from the
  *          oldest bucket down, page_young becomes 1 for a page taken, 0 otherwise
  *   sweep  a thread per index slot: the rows of the pages taken */
-__device__ __forceinline__ uint32_t age_bucket(uint32_t age) {
-  uint32_t b = age / (EMC__AGE_CLAMP / EMC_HIST);
-  return b < EMC_HIST ? b : EMC_HIST - 1;
-}
-
 __global__ void __launch_bounds__(256) k_rc_young(const __grid_constant__ dview V) {
   const uint32_t now = V.g->clock;
   if (!V.g->reclaim) return;

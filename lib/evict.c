@@ -34,6 +34,25 @@
 #define AGE_WIDTH (EMC__AGE_CLAMP / EMC__HIST_BUCKETS) /* calls per histogram bucket */
 #define RECLAIM_RETRY 64u /* ticks before a reclaim that found no page is tried again */
 
+/* The histogram bucket of an age (the oldest bucket takes every age past it). */
+static uint32_t age_bucket(uint32_t age) {
+  return age / AGE_WIDTH < EMC__HIST_BUCKETS ? age / AGE_WIDTH : EMC__HIST_BUCKETS - 1;
+}
+
+/* h->hist's cut for `need`: from the oldest of buckets [0, top) down, the bucket where the
+ * sum reaches it (*acc: that sum; every bucket's, when it never does, and then bucket 0).
+ * The caller clears buckets [0, top) after: the histogram is all zero between uses. */
+static uint32_t hist_cut(emc__host_cache *h, uint32_t top, uint64_t need, uint64_t *acc) {
+  uint32_t cut;
+  *acc = 0;
+  for (cut = top; cut-- > 0;) {
+    *acc += h->hist[cut];
+    if (*acc >= need) break;
+  }
+  if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  return cut;
+}
+
 void emc__write_back(emc_cache *c, uint32_t t, uint64_t key, uint32_t loc) {
   emc__host_cache *h = c->host;
   emc__table *tb = &c->store->tables[t];
@@ -203,19 +222,14 @@ static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
     uint32_t t, b;
     uint64_t lm, key, k = emc__ix_key(&h->ix, i);
     if (k == emc__key_empty(h->ix.key_bits) || k == emc__key_tomb(h->ix.key_bits)) continue;
-    b = entry_age(h, i, now) / AGE_WIDTH; /* every entry's stamp is clamped, pinned ones too */
+    b = age_bucket(entry_age(h, i, now)); /* every entry's stamp is clamped, pinned ones too */
     if (!pool_entry(h, i, &t, &lm, &key)) continue;
-    if (b >= EMC__HIST_BUCKETS) b = EMC__HIST_BUCKETS - 1;
     h->hist[b] += h->layout[t].stride;
     if (b >= top) top = b + 1;
   }
   __atomic_store_n(&h->aged_at, now, __ATOMIC_RELAXED);
   /* cut: the oldest buckets together reach the need at bucket `cut` */
-  for (cut = top; cut-- > 0;) {
-    acc += h->hist[cut];
-    if (acc >= need) break;
-  }
-  if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  cut = hist_cut(h, top, need, &acc);
   memset(h->hist, 0, top * sizeof *h->hist);
   /* scan 2: older than the cut, then the cut bucket, then younger ones, then anything */
   freed = evict_from(c, now, cut + 1, 0, need, freed);
@@ -242,7 +256,7 @@ static void evict_pass(emc_cache *c, uint32_t stride, uint64_t now) {
 int emc__reclaim_page(emc_cache *c, uint64_t now) {
   emc__host_cache *h = c->host;
   uint64_t empty = emc__key_empty(h->ix.key_bits), tomb = emc__key_tomb(h->ix.key_bits), i;
-  uint64_t want = h->n_pages / 64 ? h->n_pages / 64 : 1, acc = 0, taken = 0, from_cut;
+  uint64_t want = h->n_pages / 64 ? h->n_pages / 64 : 1, acc, from_cut;
   uint32_t p, b, cut, top = 0;
   now = newest_clock(h, now);
   /* (after a walk that found no page: not again until a pass ran or RECLAIM_RETRY ticks went
@@ -265,15 +279,11 @@ int emc__reclaim_page(emc_cache *c, uint64_t now) {
   for (p = 0; p < h->n_pages; p++) {
     uint32_t y = h->page_young[p];
     if (y == UINT32_MAX || y == 0) continue;
-    b = y / AGE_WIDTH < EMC__HIST_BUCKETS ? y / AGE_WIDTH : EMC__HIST_BUCKETS - 1;
+    b = age_bucket(y);
     h->hist[b]++;
     if (b >= top) top = b + 1;
   }
-  for (cut = top; cut-- > 0;) {
-    acc += h->hist[cut];
-    if (acc >= want) break;
-  }
-  if (cut >= EMC__HIST_BUCKETS) cut = 0;
+  cut = hist_cut(h, top, want, &acc);
   /* the cut bucket gives what the older buckets leave of `want` */
   from_cut = acc < want ? acc : want - (acc - h->hist[cut]);
   memset(h->hist, 0, top * sizeof *h->hist);
@@ -288,11 +298,10 @@ int emc__reclaim_page(emc_cache *c, uint64_t now) {
   for (p = 0; p < h->n_pages; p++) {
     uint32_t y = h->page_young[p];
     if (y != UINT32_MAX && y != 0) {
-      b = y / AGE_WIDTH < EMC__HIST_BUCKETS ? y / AGE_WIDTH : EMC__HIST_BUCKETS - 1;
+      b = age_bucket(y);
       if (b > cut || (b == cut && from_cut > 0)) {
         from_cut -= b == cut;
         h->page_young[p] = 1;
-        taken++;
         continue;
       }
     }
@@ -304,7 +313,7 @@ int emc__reclaim_page(emc_cache *c, uint64_t now) {
     if (pool_entry(h, i, &t, &lm, &key) && h->page_young[emc__lm_loc(lm) / h->max_slots])
       (void)evict_entry(c, i, t, key, lm, 1);
   }
-  return taken > 0;
+  return 1; /* (acc > 0: at least one page was taken) */
 }
 
 int emc__make_room(emc_cache *c, uint32_t stride, uint64_t now) {

@@ -279,6 +279,17 @@ START_TEST(batch_larger_than_cache) {
 }
 END_TEST
 
+/* A CUDA cache of `capacity` bytes over w's store, the suites' configuration otherwise. */
+static emc_cache *cuda_cache(const emct_world *w, size_t capacity) {
+  emc_cache_config cfg;
+  emc_cache *c = NULL;
+  emct_cache_config_init(&cfg);
+  cfg.backend = EMC_BACKEND_CUDA;
+  cfg.capacity_bytes = capacity;
+  EMCT_OK(emc_cache_create(w->store, &cfg, &c));
+  return c;
+}
+
 /* Lookups run ahead of the writer stream: a batch's misses looked up again before the writer
  * call that admits them ran are granted slots a second time, and the later writer call finds
  * the ids cached and leaves those slots free. Free slots in a page that is no longer its
@@ -297,7 +308,6 @@ START_TEST(repeated_misses_waste_no_pages) {
   static unsigned char out[N * ROW];
   static uint8_t where[N];
   emct_world w;
-  emc_cache_config cfg;
   emc_cache *c;
   emc_stats st;
   uint64_t off[3], *dids, i;
@@ -306,10 +316,7 @@ START_TEST(repeated_misses_waste_no_pages) {
   uint32_t t;
   int r;
   emct_world_init(&w, two, 2, 0.5, 5);
-  emct_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_CUDA;
-  cfg.capacity_bytes = 64u << 10;
-  EMCT_OK(emc_cache_create(w.store, &cfg, &c));
+  c = cuda_cache(&w, 64u << 10);
   CUDA_OK(cudaStreamCreate(&s));
   CUDA_OK(cudaMalloc((void **)&dids, sizeof ids));
   CUDA_OK(cudaMalloc((void **)&dout, WIN * PER * ROW));
@@ -336,10 +343,10 @@ START_TEST(repeated_misses_waste_no_pages) {
   fprintf(stderr, "%-28s cuda: misses %llu for %u distinct ids, %llu bytes of pages held\n",
           "repeated misses", (unsigned long long)st.misses, N, (unsigned long long)st.bytes_reserved);
   ck_assert_msg(st.admit_skipped == 0 && st.rows_cached == N,
-                "%llu of %u distinct rows cached, %llu misses skipped, with %llu of %zu bytes in "
+                "%llu of %u distinct rows cached, %llu misses skipped, with %llu of %llu bytes in "
                 "use and %llu bytes of pages held", (unsigned long long)st.rows_cached, N,
                 (unsigned long long)st.admit_skipped, (unsigned long long)st.bytes_in_use,
-                cfg.capacity_bytes, (unsigned long long)st.bytes_reserved);
+                (unsigned long long)st.capacity_bytes, (unsigned long long)st.bytes_reserved);
   ck_assert_uint_eq(st.evictions, 0);
   off[0] = 0, off[1] = N / 2, off[2] = N; /* every row now a hit, and right */
   EMCT_OK(emc_lookup_ex(c, ids, off, out, where, NULL));
@@ -372,16 +379,12 @@ START_TEST(a_table_without_pages_takes_one_back) {
   const int a_batches = quick ? 100 : 300;
   emct_world w;
   emct_rng rng;
-  emc_cache_config cfg;
   emc_cache *c;
   emc_stats st;
   uint64_t offs[3], i, skipped = 0;
   int b;
   emct_world_init(&w, spec, 2, 1.0, 91);
-  emct_cache_config_init(&cfg);
-  cfg.backend = EMC_BACKEND_CUDA;
-  cfg.capacity_bytes = 64u << 10;
-  EMCT_OK(emc_cache_create(w.store, &cfg, &c));
+  c = cuda_cache(&w, 64u << 10);
   emct_rng_seed(&rng, 7);
   for (b = 0; b < a_batches; b++) {
     for (i = 0; i < A_BATCH; i++) ids[i] = emct_rng_below(&rng, 20000);
@@ -401,9 +404,9 @@ START_TEST(a_table_without_pages_takes_one_back) {
     if (b >= B_REPS - 2) {
       for (i = 0; i < B_ROWS; i++)
         ck_assert_msg(where[i] == EMC_WHERE_CACHE, "repeat %d: table 1 row %llu missed (%llu of "
-                      "%zu bytes in use, %llu bytes of pages held, %llu misses skipped)", b,
+                      "%llu bytes in use, %llu bytes of pages held, %llu misses skipped)", b,
                       (unsigned long long)i, (unsigned long long)st.bytes_in_use,
-                      cfg.capacity_bytes, (unsigned long long)st.bytes_reserved,
+                      (unsigned long long)st.capacity_bytes, (unsigned long long)st.bytes_reserved,
                       (unsigned long long)st.admit_skipped);
       if (b == B_REPS - 1) ck_assert_uint_eq(st.admit_skipped, skipped);
     }
